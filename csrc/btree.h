@@ -1,0 +1,93 @@
+/* btree.h -- the counted B+tree with duplicate keys (bt_ prefix).
+ *
+ * Records are ordered by (key, seq): key by memcmp with a shorter prefix
+ * first, then the 64-bit duplicate sequence number.  Interior cells carry
+ * the number of records below them, so ranks and counts are O(log n).
+ * Every function works in one view of one namespace (bt_ctx) and returns 0
+ * or an error code (QS_CORRUPT, QS_NOMEM, errno, ...).  A failed writing
+ * call may have changed the writer's pages: the caller aborts the
+ * transaction (or restores a savepoint) on failure. */
+#ifndef QS_BTREE_H
+#define QS_BTREE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "pager.h"
+
+#define BT_MAXDEPTH 24
+
+typedef struct bt_ctx {
+    pager *p;
+    int wview;          /* 1: the writer's view (required for writes) */
+    int ns;             /* namespace: index into pg_meta.root */
+} bt_ctx;
+
+typedef struct bt_key {
+    const uint8_t *key;
+    uint32_t klen;
+    uint64_t seq;
+} bt_key;
+
+/* A position: the pages from root to leaf and the index taken at each.
+ * At the leaf, idx is a record index (== ncells: just past the end). */
+typedef struct bt_path {
+    int depth;
+    uint32_t pg[BT_MAXDEPTH];
+    int idx[BT_MAXDEPTH];
+} bt_path;
+
+/* A growable output buffer for copied records. */
+typedef struct bt_buf {
+    uint8_t *data;
+    size_t len, cap;
+} bt_buf;
+
+int bt_buf_reserve(bt_buf *b, size_t more);
+
+/* Positions path at the first record >= probe (QS_NOTFOUND: none). */
+int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path);
+/* Like bt_seek, but moves past a leaf's end so path is on a record: for
+ * reading (an insert needs bt_seek's unsettled position). */
+int bt_seek_ge(bt_ctx *c, const bt_key *probe, bt_path *path);
+/* First / last record (QS_NOTFOUND when the tree is empty). */
+int bt_first(bt_ctx *c, bt_path *path);
+int bt_last(bt_ctx *c, bt_path *path);
+/* Steps (QS_NOTFOUND past either end). */
+int bt_next(bt_ctx *c, bt_path *path);
+int bt_prev(bt_ctx *c, bt_path *path);
+
+/* The record at path: its key appended to kout (if non-NULL, preceded by a
+ * u32 length when with_len), its value likewise to vout, its seq to *seq
+ * (if non-NULL). */
+int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
+            int with_len, uint64_t *seq);
+
+/* Whether the record at path has key (key, klen), seq ignored: *eq 0/1. */
+int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen, int *eq);
+
+/* Inserts record (k, val) at path, which must come from bt_seek(k). */
+int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen);
+
+/* Appends a value to key: seq is one more than the key's last, or 0.
+ * *seq_out (may be NULL) gets it. */
+int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val,
+              size_t vlen, uint64_t *seq_out);
+
+/* Removes the record at path (path is not valid afterwards). */
+int bt_delete(bt_ctx *c, bt_path *path);
+
+/* Number of records < probe. */
+int bt_rank(bt_ctx *c, const bt_key *probe, uint64_t *rank);
+
+/* Number of records in the tree. */
+int bt_total(bt_ctx *c, uint64_t *n);
+
+/* Height of the tree (0 when empty). */
+int bt_depth(bt_ctx *c, uint32_t *depth);
+
+/* Integrity walk of the committed tree of namespace c->ns, reading pages from
+ * disk.  Marks every page it owns in seen[] (QS_CORRUPT when marked
+ * twice).  *records gets the count.  On damage writes a description into
+ * msg. */
+int bt_check(bt_ctx *c, uint8_t *seen, uint64_t *records, char *msg, size_t msgcap);
+
+#endif

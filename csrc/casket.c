@@ -1,0 +1,1308 @@
+/* casket.c -- the public API (qstore.h): files and locks, the write lock and
+ * transactions, group commit, cursors, check and compact. */
+#include "qstore.h"
+#include "btree.h"
+#include "pager.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS_USER 0
+#define DEFAULT_CACHE (256ull << 20)
+#define DEFAULT_CHECKPOINT (16ull << 20)
+#define LOG_SUFFIX "-log"
+
+struct qs_casket {
+    char *path;
+    int fd, log_fd;
+    int readonly;
+    atomic_int sync;
+    pager pg;
+    pthread_mutex_t mu;         /* one operation on the pager at a time */
+    pthread_mutex_t wmu;        /* the write lock ... */
+    pthread_cond_t wcond;
+    int wbusy;
+    atomic_uint_fast64_t owner; /* ... and the thread id holding it */
+    int explicit_txn;
+    int txn_error;              /* a failure that spoiled the transaction */
+    pthread_mutex_t smu;        /* group commit */
+    pthread_cond_t scond;
+    uint64_t lsn_base;          /* log sequence of offset 0 of this generation */
+    uint64_t lsn_written, lsn_synced;
+    int syncing;
+    uint64_t version;           /* bumped whenever any view changes */
+    uint64_t checkpoint_bytes;
+};
+
+struct qs_cursor {
+    qs_casket *c;
+    bt_path path;
+    uint64_t version;
+    int wview;
+    int positioned;
+    int on_record;              /* path is at the remembered record itself,
+                                   not at the one after it (it was removed) */
+    bt_buf key;                 /* the current record's key and seq */
+    uint64_t seq;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static atomic_uint_fast64_t next_tid = 1;
+static _Thread_local uint64_t my_tid_v;
+
+static uint64_t my_tid(void)
+{
+    if (!my_tid_v)
+        my_tid_v = atomic_fetch_add(&next_tid, 1);
+    return my_tid_v;
+}
+
+static int i_own(qs_casket *c)
+{
+    return atomic_load_explicit(&c->owner, memory_order_relaxed) == my_tid();
+}
+
+const char *qs_strerror(int rc)
+{
+    switch (rc) {
+    case QS_OK: return "success";
+    case QS_NOTFOUND: return "not found";
+    case QS_KEYEXIST: return "key already has a value";
+    case QS_CORRUPT: return "casket is corrupt (a page failed its checksum or structure check)";
+    case QS_NOTCASKET: return "not a pyqstore casket (bad magic number)";
+    case QS_VERSION: return "unsupported casket format version";
+    case QS_LOCKED: return "casket is locked by another process";
+    case QS_READONLY: return "casket is open read-only";
+    case QS_TXN: return "transaction misuse (nested begin, or no transaction of this thread)";
+    case QS_INVAL: return "invalid argument";
+    case QS_NOMEM: return "out of memory";
+    case QS_TOOBIG: return "key or value too long";
+    case QS_CLOSED: return "casket is closed";
+    case QS_FULL: return "casket is full (2^32 pages)";
+    default:
+        if (rc > 0)
+            return strerror(rc);
+        return "unknown error";
+    }
+}
+
+void qs_free(void *p) { free(p); }
+
+void qs_options_init(qs_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mode = QS_OPEN_CREATE;
+    o->sync = 1;
+    o->lock_timeout = 5.0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int take_flock(int fd, int exclusive, double timeout)
+{
+    double deadline = now_s() + timeout;
+    long sleep_ns = 1000000;
+    for (;;) {
+        if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return errno;
+        double left = deadline - now_s();
+        if (left <= 0)
+            return QS_LOCKED;
+        struct timespec ts = {0, sleep_ns};
+        if (sleep_ns * 1e-9 > left)
+            ts.tv_nsec = (long)(left * 1e9);
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 20000000)
+            sleep_ns *= 2;
+    }
+}
+
+/* ---- the write lock and transactions ---------------------------------------- */
+
+static void writer_enter(qs_casket *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    while (c->wbusy)
+        pthread_cond_wait(&c->wcond, &c->wmu);
+    c->wbusy = 1;
+    atomic_store(&c->owner, my_tid());
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void writer_leave(qs_casket *c)
+{
+    pthread_mutex_lock(&c->wmu);
+    c->wbusy = 0;
+    c->explicit_txn = 0;
+    c->txn_error = 0;
+    atomic_store(&c->owner, 0);
+    pthread_cond_signal(&c->wcond);
+    pthread_mutex_unlock(&c->wmu);
+}
+
+static void abort_locked(qs_casket *c)
+{
+    pthread_mutex_lock(&c->mu);
+    pg_abort(&c->pg);
+    c->version++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until the log is durable up to lsn; one waiter syncs for all. */
+static int group_sync(qs_casket *c, uint64_t lsn)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->smu);
+    while (c->lsn_synced < lsn) {
+        if (!c->syncing) {
+            c->syncing = 1;
+            uint64_t target = c->lsn_written;
+            pthread_mutex_unlock(&c->smu);
+            rc = wal_sync(&c->pg.log);
+            pthread_mutex_lock(&c->smu);
+            c->syncing = 0;
+            if (rc == 0 && target > c->lsn_synced)
+                c->lsn_synced = target;
+            pthread_cond_broadcast(&c->scond);
+            if (rc)
+                break;
+        } else
+            pthread_cond_wait(&c->scond, &c->smu);
+    }
+    pthread_mutex_unlock(&c->smu);
+    return rc;
+}
+
+/* Checkpoint while holding the write lock with no transaction open. */
+static int checkpoint_locked(qs_casket *c, uint64_t keep)
+{
+    int rc = 0;
+    if (c->pg.logidx.len)
+        rc = pg_checkpoint_copy(&c->pg);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    uint64_t old_end = c->pg.log_end;
+    rc = pg_checkpoint_finish(&c->pg, keep);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->smu);
+    /* Everything logged so far is now in the synced main file. */
+    c->lsn_base += old_end;
+    c->lsn_written = c->lsn_base + PG_SIZE;
+    if (c->lsn_synced < c->lsn_written)
+        c->lsn_synced = c->lsn_written;
+    pthread_cond_broadcast(&c->scond);
+    pthread_mutex_unlock(&c->smu);
+    return rc;
+}
+
+/* Commits the open transaction of the calling thread (which holds the write
+ * lock) and releases the lock. */
+static int commit_and_leave(qs_casket *c)
+{
+    int wrote = 0, sync = atomic_load(&c->sync);
+    int rc = pg_commit_write(&c->pg, sync, &wrote);
+    if (rc) {
+        abort_locked(c);
+        writer_leave(c);
+        return rc;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (wrote)
+        pg_publish(&c->pg);
+    else
+        pg_abort(&c->pg);
+    c->version++;
+    pthread_mutex_unlock(&c->mu);
+    uint64_t lsn = c->lsn_base + c->pg.log_end;
+    pthread_mutex_lock(&c->smu);
+    if (lsn > c->lsn_written)
+        c->lsn_written = lsn;
+    pthread_mutex_unlock(&c->smu);
+    if (wrote && c->pg.log_end > c->checkpoint_bytes) {
+        rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+        writer_leave(c);
+        return rc;
+    }
+    writer_leave(c);
+    if (wrote && sync)
+        rc = group_sync(c, lsn);
+    return rc;
+}
+
+int qs_begin(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (c->readonly)
+        return QS_READONLY;
+    if (i_own(c))
+        return QS_TXN;
+    writer_enter(c);
+    pthread_mutex_lock(&c->mu);
+    pg_begin(&c->pg);
+    pthread_mutex_unlock(&c->mu);
+    c->explicit_txn = 1;
+    return 0;
+}
+
+int qs_commit(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!i_own(c) || !c->explicit_txn)
+        return QS_TXN;
+    if (c->txn_error) {
+        int rc = c->txn_error;
+        abort_locked(c);
+        writer_leave(c);
+        return rc;
+    }
+    return commit_and_leave(c);
+}
+
+int qs_abort(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!i_own(c) || !c->explicit_txn)
+        return QS_TXN;
+    abort_locked(c);
+    writer_leave(c);
+    return 0;
+}
+
+int qs_in_transaction(qs_casket *c)
+{
+    return c && i_own(c) && c->explicit_txn;
+}
+
+void qs_set_sync(qs_casket *c, int on)
+{
+    if (c)
+        atomic_store(&c->sync, on ? 1 : 0);
+}
+
+/* Runs fn in the writer's view: inside this thread's transaction, or as a
+ * transaction of its own. */
+typedef int (*write_fn)(qs_casket *c, bt_ctx *bt, void *arg);
+
+static int write_op(qs_casket *c, write_fn fn, void *arg)
+{
+    if (c->readonly)
+        return QS_READONLY;
+    int own = i_own(c);
+    if (own && c->txn_error)
+        return c->txn_error;
+    if (!own)
+        writer_enter(c);
+    pthread_mutex_lock(&c->mu);
+    if (!own)
+        pg_begin(&c->pg);
+    bt_ctx bt = {&c->pg, 1, NS_USER};
+    int rc = fn(c, &bt, arg);
+    c->version++;
+    int trc = pg_trim(&c->pg, 1);
+    pthread_mutex_unlock(&c->mu);
+    int refusal = rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND;
+    if (rc == 0 && trc)
+        rc = trc;
+    if (!own) {
+        if (rc == 0)
+            return commit_and_leave(c);
+        abort_locked(c);
+        writer_leave(c);
+        return rc;
+    }
+    if (rc && !refusal)
+        c->txn_error = rc;
+    return rc;
+}
+
+/* ---- open and close ------------------------------------------------------- */
+
+static void casket_free(qs_casket *c)
+{
+    if (c->log_fd >= 0)
+        close(c->log_fd);
+    if (c->fd >= 0)
+        close(c->fd);
+    free(c->path);
+    free(c);
+}
+
+static char *log_path_of(const char *path)
+{
+    size_t n = strlen(path);
+    char *lp = malloc(n + sizeof LOG_SUFFIX);
+    if (lp) {
+        memcpy(lp, path, n);
+        memcpy(lp + n, LOG_SUFFIX, sizeof LOG_SUFFIX);
+    }
+    return lp;
+}
+
+int qs_open(const char *path, const qs_options *opts, qs_casket **out)
+{
+    qs_options o;
+    if (out)
+        *out = NULL;
+    if (!path || !out || !*path)
+        return QS_INVAL;
+    if (opts)
+        o = *opts;
+    else
+        qs_options_init(&o);
+    if (o.mode < QS_OPEN_READ || o.mode > QS_OPEN_NEW || !(o.lock_timeout >= 0) ||
+        isinf(o.lock_timeout))
+        return QS_INVAL;
+    qs_casket *c = calloc(1, sizeof *c);
+    if (!c)
+        return QS_NOMEM;
+    c->fd = c->log_fd = -1;
+    c->readonly = o.mode == QS_OPEN_READ;
+    atomic_init(&c->sync, o.sync ? 1 : 0);
+    atomic_init(&c->owner, 0);
+    c->checkpoint_bytes = o.checkpoint_bytes ? o.checkpoint_bytes : DEFAULT_CHECKPOINT;
+    uint64_t cache = o.cache_bytes ? o.cache_bytes : DEFAULT_CACHE;
+    int rc = 0;
+    char *lp = NULL;
+    if (!(c->path = strdup(path)) || !(lp = log_path_of(path))) {
+        rc = QS_NOMEM;
+        goto fail;
+    }
+    int flags = O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR);
+    if (o.mode >= QS_OPEN_CREATE)
+        flags |= O_CREAT;
+    if ((c->fd = open(path, flags, 0644)) < 0) {
+        rc = errno;
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(c->fd, &st) != 0) {
+        rc = errno;
+        goto fail;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = EISDIR;
+        goto fail;
+    }
+    c->log_fd = open(lp, O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR | O_CREAT), 0644);
+    if (c->log_fd < 0 && !(c->readonly && errno == ENOENT)) {
+        rc = errno;
+        goto fail;
+    }
+    /* The lock lives on the log, which outlives compaction's rename. */
+    int lock_fd = c->log_fd >= 0 ? c->log_fd : c->fd;
+    if ((rc = take_flock(lock_fd, !c->readonly, o.lock_timeout)) != 0)
+        goto fail;
+    if (o.mode == QS_OPEN_NEW) {
+        if (ftruncate(c->fd, 0) != 0 || ftruncate(c->log_fd, 0) != 0) {
+            rc = errno;
+            goto fail;
+        }
+        st.st_size = 0;
+    }
+    int create = st.st_size == 0 && !c->readonly && o.mode >= QS_OPEN_CREATE;
+    if (st.st_size == 0 && !create) {
+        rc = QS_NOTCASKET;
+        goto fail;
+    }
+    rc = pg_open(&c->pg, c->fd, c->log_fd, c->readonly, create,
+                 (size_t)(cache / PG_SIZE), c->checkpoint_bytes);
+    if (rc)
+        goto fail;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->wmu, NULL);
+    pthread_mutex_init(&c->smu, NULL);
+    pthread_cond_init(&c->wcond, NULL);
+    pthread_cond_init(&c->scond, NULL);
+    c->lsn_written = c->lsn_synced = PG_SIZE;
+    free(lp);
+    *out = c;
+    return 0;
+fail:
+    free(lp);
+    casket_free(c);
+    return rc;
+}
+
+int qs_close(qs_casket *c)
+{
+    if (!c)
+        return 0;
+    int rc = 0;
+    if (i_own(c)) {
+        abort_locked(c);
+        writer_leave(c);
+    }
+    if (!c->readonly) {
+        writer_enter(c);
+        rc = checkpoint_locked(c, PG_SIZE);
+        writer_leave(c);
+    }
+    pg_close(&c->pg);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->wmu);
+    pthread_mutex_destroy(&c->smu);
+    pthread_cond_destroy(&c->wcond);
+    pthread_cond_destroy(&c->scond);
+    casket_free(c);
+    return rc;
+}
+
+/* ---- records ------------------------------------------------------------ */
+
+typedef struct rec_args {
+    const uint8_t *key;
+    size_t klen;
+    const void *val;
+    size_t vlen;
+    uint64_t count;
+    size_t n;
+    const uint8_t *keys, *vals;
+    const uint64_t *koff, *voff;
+} rec_args;
+
+static int check_kv(const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if ((!key && klen) || (!val && vlen))
+        return QS_INVAL;
+    if (klen > QS_MAX_KEY || vlen > QS_MAX_VALUE)
+        return QS_TOOBIG;
+    return 0;
+}
+
+/* Removes every record of key; a->count gets how many. */
+static int outlist_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    (void)c;
+    rec_args *a = arg;
+    bt_key pk = {a->key, (uint32_t)a->klen, 0};
+    a->count = 0;
+    for (;;) {
+        bt_path path;
+        int eq, rc = bt_seek_ge(bt, &pk, &path);
+        if (rc == QS_NOTFOUND)
+            return 0;
+        if (rc || (rc = bt_key_is(bt, &path, pk.key, pk.klen, &eq)) != 0)
+            return rc;
+        if (!eq)
+            return 0;
+        if ((rc = bt_delete(bt, &path)) != 0)
+            return rc;
+        a->count++;
+    }
+}
+
+static int insert_first(bt_ctx *bt, rec_args *a)
+{
+    bt_key pk = {a->key, (uint32_t)a->klen, 0};
+    bt_path path;
+    int rc = bt_seek(bt, &pk, &path);
+    if (rc && rc != QS_NOTFOUND)
+        return rc;
+    return bt_insert(bt, &path, &pk, a->val, a->vlen);
+}
+
+static int put_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    int rc = outlist_fn(c, bt, arg);
+    return rc ? rc : insert_first(bt, arg);
+}
+
+static int putkeep_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    (void)c;
+    rec_args *a = arg;
+    bt_key pk = {a->key, (uint32_t)a->klen, 0};
+    bt_path path;
+    int eq = 0, rc = bt_seek_ge(bt, &pk, &path);
+    if (rc == 0 && (rc = bt_key_is(bt, &path, pk.key, pk.klen, &eq)) != 0)
+        return rc;
+    if (rc && rc != QS_NOTFOUND)
+        return rc;
+    if (eq)
+        return QS_KEYEXIST;
+    return insert_first(bt, a);
+}
+
+static int putdup_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    (void)c;
+    rec_args *a = arg;
+    return bt_putdup(bt, a->key, (uint32_t)a->klen, a->val, a->vlen, NULL);
+}
+
+static int putdup_many_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    rec_args *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        int rc = bt_putdup(bt, a->keys + a->koff[i], (uint32_t)(a->koff[i + 1] - a->koff[i]),
+                           a->vals + a->voff[i], a->voff[i + 1] - a->voff[i], NULL);
+        if (rc)
+            return rc;
+        if ((i & 1023) == 1023 && (rc = pg_trim(&c->pg, 1)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int out_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    (void)c;
+    rec_args *a = arg;
+    bt_key pk = {a->key, (uint32_t)a->klen, 0};
+    bt_path path;
+    int eq, rc = bt_seek_ge(bt, &pk, &path);
+    if (rc || (rc = bt_key_is(bt, &path, pk.key, pk.klen, &eq)) != 0)
+        return rc;
+    return eq ? bt_delete(bt, &path) : QS_NOTFOUND;
+}
+
+int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+    return rc ? rc : write_op(c, put_fn, &a);
+}
+
+int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+    return rc ? rc : write_op(c, putkeep_fn, &a);
+}
+
+int qs_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+    return rc ? rc : write_op(c, putdup_fn, &a);
+}
+
+int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
+                   const void *vals, const uint64_t *voff)
+{
+    if (!c || (n && (!koff || !voff)))
+        return QS_INVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (koff[i + 1] < koff[i] || voff[i + 1] < voff[i])
+            return QS_INVAL;
+        int rc = check_kv(keys, koff[i + 1] - koff[i], vals, voff[i + 1] - voff[i]);
+        if (rc)
+            return rc;
+    }
+    if (n == 0)
+        return c->readonly ? QS_READONLY : 0;
+    rec_args a = {.n = n, .keys = keys, .vals = vals, .koff = koff, .voff = voff};
+    return write_op(c, putdup_many_fn, &a);
+}
+
+int qs_out(qs_casket *c, const void *key, size_t klen)
+{
+    int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
+    rec_args a = {.key = key, .klen = klen};
+    return rc ? rc : write_op(c, out_fn, &a);
+}
+
+int qs_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
+{
+    int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
+    rec_args a = {.key = key, .klen = klen};
+    if (rc == 0)
+        rc = write_op(c, outlist_fn, &a);
+    if (removed)
+        *removed = rc == 0 ? a.count : 0;
+    return rc;
+}
+
+/* Read operations run in the caller's view under the operation mutex. */
+static int read_enter(qs_casket *c, bt_ctx *bt)
+{
+    bt->p = &c->pg;
+    bt->wview = i_own(c);
+    bt->ns = NS_USER;
+    pthread_mutex_lock(&c->mu);
+    return 0;
+}
+
+static void read_leave(qs_casket *c, bt_ctx *bt)
+{
+    pg_trim(&c->pg, bt->wview);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int find_first(bt_ctx *bt, const void *key, size_t klen, bt_path *path)
+{
+    bt_key pk = {key, (uint32_t)klen, 0};
+    int eq, rc = bt_seek_ge(bt, &pk, path);
+    if (rc || (rc = bt_key_is(bt, path, pk.key, pk.klen, &eq)) != 0)
+        return rc;
+    return eq ? 0 : QS_NOTFOUND;
+}
+
+int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
+{
+    if (!c || !val || !vlen)
+        return QS_INVAL;
+    *val = NULL;
+    *vlen = 0;
+    int rc = check_kv(key, klen, NULL, 0);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    bt_path path;
+    bt_buf out = {0};
+    read_enter(c, &bt);
+    rc = find_first(&bt, key, klen, &path);
+    if (rc == 0)
+        rc = bt_read(&bt, &path, NULL, &out, 0, NULL);
+    read_leave(c, &bt);
+    if (rc) {
+        free(out.data);
+        return rc;
+    }
+    if (!out.data && !(out.data = malloc(1)))
+        return QS_NOMEM;
+    *val = out.data;
+    *vlen = out.len;
+    return 0;
+}
+
+int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
+              uint64_t *count)
+{
+    if (!c || !outp || !outlen || !count)
+        return QS_INVAL;
+    *outp = NULL;
+    *outlen = 0;
+    *count = 0;
+    int rc = check_kv(key, klen, NULL, 0);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    bt_path path;
+    bt_buf out = {0};
+    uint64_t n = 0;
+    read_enter(c, &bt);
+    rc = find_first(&bt, key, klen, &path);
+    while (rc == 0) {
+        int eq;
+        if ((rc = bt_key_is(&bt, &path, key, (uint32_t)klen, &eq)) != 0 || !eq)
+            break;
+        if ((rc = bt_read(&bt, &path, NULL, &out, 1, NULL)) != 0)
+            break;
+        n++;
+        rc = bt_next(&bt, &path);
+    }
+    read_leave(c, &bt);
+    if (rc && rc != QS_NOTFOUND) {
+        free(out.data);
+        return rc;
+    }
+    *outp = out.data;
+    *outlen = out.len;
+    *count = n;
+    return 0;
+}
+
+int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
+{
+    if (!c || !count)
+        return QS_INVAL;
+    *count = 0;
+    int rc = check_kv(key, klen, NULL, 0);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    uint64_t lo, hi;
+    bt_key a = {key, (uint32_t)klen, 0}, b = {key, (uint32_t)klen, UINT64_MAX};
+    read_enter(c, &bt);
+    rc = bt_rank(&bt, &a, &lo);
+    if (rc == 0)
+        rc = bt_rank(&bt, &b, &hi);
+    read_leave(c, &bt);
+    if (rc == 0)
+        *count = hi - lo;
+    return rc;
+}
+
+int qs_records(qs_casket *c, uint64_t *count)
+{
+    if (!c || !count)
+        return QS_INVAL;
+    bt_ctx bt;
+    read_enter(c, &bt);
+    int rc = bt_total(&bt, count);
+    read_leave(c, &bt);
+    return rc;
+}
+
+/* ---- sync, check, compact, stat ------------------------------------------------ */
+
+int qs_sync(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (c->readonly)
+        return 0;
+    if (i_own(c))
+        return QS_TXN;
+    writer_enter(c);
+    int rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+    writer_leave(c);
+    return rc;
+}
+
+static int check_freelist(pager *p, uint8_t *seen, char *msg, size_t cap)
+{
+    uint8_t *page = malloc(PG_SIZE);
+    if (!page)
+        return QS_NOMEM;
+    uint32_t pgno = p->meta.free_head, npages = p->meta.npages;
+    uint64_t count = 0;
+    int rc = 0;
+    while (pgno && rc == 0) {
+        if (pgno >= npages || seen[pgno]) {
+            snprintf(msg, cap, "page %u: free list points at a bad or used page", pgno);
+            rc = QS_CORRUPT;
+            break;
+        }
+        seen[pgno] = 1;
+        count++;
+        if ((rc = pg_read_raw(p, pgno, page)) != 0) {
+            snprintf(msg, cap, "page %u: free-list page unreadable: %s", pgno, qs_strerror(rc));
+            break;
+        }
+        uint32_t n = rd32(page + 8);
+        if (page[0] != PT_TRUNK || n > (PG_USABLE - 12) / 4) {
+            snprintf(msg, cap, "page %u: bad free-list page", pgno);
+            rc = QS_CORRUPT;
+            break;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t f = rd32(page + 12 + 4 * i);
+            if (f == 0 || f >= npages || seen[f]) {
+                snprintf(msg, cap, "page %u: free-list entry %u is bad or used twice", pgno, f);
+                rc = QS_CORRUPT;
+                break;
+            }
+            seen[f] = 1;
+            count++;
+        }
+        pgno = rd32(page + 4);
+    }
+    if (rc == 0 && count != p->meta.free_count) {
+        snprintf(msg, cap, "free list holds %llu pages, header says %u",
+                 (unsigned long long)count, p->meta.free_count);
+        rc = QS_CORRUPT;
+    }
+    free(page);
+    return rc;
+}
+
+int qs_check(qs_casket *c, char *msg, size_t msgcap)
+{
+    char dummy[8];
+    if (!c)
+        return QS_INVAL;
+    if (!msg || msgcap == 0) {
+        msg = dummy;
+        msgcap = sizeof dummy;
+    }
+    msg[0] = 0;
+    if (i_own(c))
+        return QS_TXN;
+    if (!c->readonly)
+        writer_enter(c);
+    pthread_mutex_lock(&c->mu);
+    pager *p = &c->pg;
+    uint8_t *seen = calloc(p->meta.npages ? p->meta.npages : 1, 1);
+    int rc = seen ? 0 : QS_NOMEM;
+    uint64_t records;
+    for (int ns = 0; ns < PG_NAMESPACES && rc == 0; ns++) {
+        bt_ctx bt = {p, 0, ns};
+        rc = bt_check(&bt, seen, &records, msg, msgcap);
+        if (rc && rc != QS_CORRUPT && !msg[0])
+            snprintf(msg, msgcap, "reading the tree failed: %s", qs_strerror(rc));
+    }
+    if (rc == 0)
+        rc = check_freelist(p, seen, msg, msgcap);
+    for (uint32_t i = 1; rc == 0 && i < p->meta.npages; i++)
+        if (!seen[i]) {
+            snprintf(msg, msgcap, "page %u: neither in a tree nor on the free list", i);
+            rc = QS_CORRUPT;
+        }
+    free(seen);
+    pg_trim(p, 0);
+    pthread_mutex_unlock(&c->mu);
+    if (!c->readonly)
+        writer_leave(c);
+    return rc;
+}
+
+/* Copies every record of src (committed view) into dst's transaction. */
+static int copy_records(pager *src, pager *dst)
+{
+    int rc = 0;
+    bt_buf k = {0}, v = {0};
+    for (int ns = 0; ns < PG_NAMESPACES && rc == 0; ns++) {
+        bt_ctx from = {src, 0, ns}, to = {dst, 1, ns};
+        bt_path path, at;
+        rc = bt_first(&from, &path);
+        while (rc == 0) {
+            uint64_t seq;
+            k.len = v.len = 0;
+            if ((rc = bt_read(&from, &path, &k, &v, 0, &seq)) != 0)
+                break;
+            bt_key pk = {k.data, (uint32_t)k.len, seq};
+            if ((rc = bt_seek(&to, &pk, &at)) != 0 && rc != QS_NOTFOUND)
+                break;
+            if ((rc = bt_insert(&to, &at, &pk, v.data, v.len)) != 0)
+                break;
+            if ((rc = pg_trim(dst, 1)) != 0 || (rc = pg_trim(src, 0)) != 0)
+                break;
+            rc = bt_next(&from, &path);
+        }
+        if (rc == QS_NOTFOUND)
+            rc = 0;
+    }
+    free(k.data);
+    free(v.data);
+    return rc;
+}
+
+int qs_compact(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (c->readonly)
+        return QS_READONLY;
+    if (i_own(c))
+        return QS_TXN;
+    writer_enter(c);
+    int rc = checkpoint_locked(c, PG_SIZE);
+    size_t n = strlen(c->path);
+    char *tmp = malloc(n + 16), *tmplog = malloc(n + 32);
+    qs_casket *t = NULL;
+    if (!tmp || !tmplog)
+        rc = rc ? rc : QS_NOMEM;
+    if (rc)
+        goto out;
+    snprintf(tmp, n + 16, "%s-compact", c->path);
+    snprintf(tmplog, n + 32, "%s-compact%s", c->path, LOG_SUFFIX);
+    qs_options o;
+    qs_options_init(&o);
+    o.mode = QS_OPEN_NEW;
+    o.sync = 0;
+    o.lock_timeout = 0;
+    if ((rc = qs_open(tmp, &o, &t)) != 0)
+        goto out;
+    pthread_mutex_lock(&c->mu);
+    t->pg.next_txn = c->pg.next_txn;
+    pg_begin(&t->pg);
+    t->pg.wmeta.next_id = c->pg.meta.next_id;
+    rc = copy_records(&c->pg, &t->pg);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0) {
+        int wrote;
+        rc = pg_commit_write(&t->pg, 0, &wrote);
+        if (rc == 0 && wrote)
+            pg_publish(&t->pg);
+    }
+    if (t->pg.in_txn)
+        pg_abort(&t->pg);
+    if (rc == 0) {
+        writer_enter(t);
+        rc = checkpoint_locked(t, PG_SIZE);
+        writer_leave(t);
+    }
+    if (rc == 0 && fsync(t->fd) != 0)
+        rc = errno;
+    if (rc)
+        goto out;
+    /* The rename is the commit point: before it the old file is the casket,
+     * after it the new one, and the log is empty either way. */
+    if (rename(tmp, c->path) != 0) {
+        rc = errno;
+        goto out;
+    }
+    char *slash = strrchr(c->path, '/');
+    char *dir = slash ? strndup(c->path, (size_t)(slash - c->path) + 1) : strdup(".");
+    if (dir) {
+        int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    int newfd = t->fd;
+    t->fd = -1;
+    pthread_mutex_lock(&c->mu);
+    pager fresh;
+    rc = pg_open(&fresh, newfd, c->log_fd, 0, 0, c->pg.budget, c->checkpoint_bytes);
+    if (rc == 0) {
+        fresh.next_txn = c->pg.next_txn > fresh.next_txn ? c->pg.next_txn : fresh.next_txn;
+        pg_close(&c->pg);
+        close(c->fd);
+        c->pg = fresh;
+        c->fd = newfd;
+        c->version++;
+    } else
+        close(newfd);
+    pthread_mutex_unlock(&c->mu);
+out:
+    if (t) {
+        pg_close(&t->pg);
+        pthread_mutex_destroy(&t->mu);
+        pthread_mutex_destroy(&t->wmu);
+        pthread_mutex_destroy(&t->smu);
+        pthread_cond_destroy(&t->wcond);
+        pthread_cond_destroy(&t->scond);
+        casket_free(t);
+    }
+    if (tmplog)
+        unlink(tmplog);
+    if (tmp && rc)
+        unlink(tmp);
+    free(tmp);
+    free(tmplog);
+    writer_leave(c);
+    return rc;
+}
+
+int qs_stat_get(qs_casket *c, qs_stat *st)
+{
+    if (!c || !st)
+        return QS_INVAL;
+    memset(st, 0, sizeof *st);
+    bt_ctx bt;
+    read_enter(c, &bt);
+    pg_meta *m = pg_meta_of(&c->pg, bt.wview);
+    st->page_size = PG_SIZE;
+    st->format_version = QS_FORMAT_VERSION;
+    st->pages = m->npages;
+    st->free_pages = m->free_count;
+    bt_total(&bt, &st->records);
+    bt_depth(&bt, &st->depth);
+    st->log_bytes = c->pg.log_end - PG_SIZE;
+    st->log_file_bytes = c->pg.log.alloc;
+    st->commits = c->pg.commits;
+    st->syncs = c->pg.log.syncs;
+    st->checkpoints = c->pg.checkpoints;
+    st->spilled_pages = c->pg.spilled;
+    read_leave(c, &bt);
+    struct stat fs;
+    if (fstat(c->fd, &fs) == 0)
+        st->file_bytes = (uint64_t)fs.st_size;
+    if (c->log_fd >= 0 && fstat(c->log_fd, &fs) == 0)
+        st->log_file_bytes = (uint64_t)fs.st_size;
+    pthread_mutex_lock(&c->wmu);
+    st->in_transaction = (uint32_t)c->wbusy;
+    pthread_mutex_unlock(&c->wmu);
+    return 0;
+}
+
+/* ---- cursors ------------------------------------------------------------ */
+
+int qs_cursor_open(qs_casket *c, qs_cursor **out)
+{
+    if (!c || !out)
+        return QS_INVAL;
+    qs_cursor *cur = calloc(1, sizeof *cur);
+    if (!cur)
+        return QS_NOMEM;
+    cur->c = c;
+    *out = cur;
+    return 0;
+}
+
+void qs_cursor_close(qs_cursor *cur)
+{
+    if (!cur)
+        return;
+    free(cur->key.data);
+    free(cur);
+}
+
+/* Remembers the record the path points at, or unpositions on rc. */
+static int cur_settle(qs_cursor *cur, bt_ctx *bt, int rc)
+{
+    if (rc) {
+        cur->positioned = 0;
+        return rc;
+    }
+    cur->key.len = 0;
+    rc = bt_read(bt, &cur->path, &cur->key, NULL, 0, &cur->seq);
+    cur->positioned = rc == 0;
+    cur->on_record = 1;
+    cur->version = cur->c->version;
+    cur->wview = bt->wview;
+    return rc;
+}
+
+/* Re-finds the cursor's record after a change: *exact says whether it is
+ * still there (else the path is at the next record, or off the end). */
+static int cur_refind(qs_cursor *cur, bt_ctx *bt, int *exact)
+{
+    *exact = cur->on_record;
+    if (cur->version == cur->c->version && cur->wview == bt->wview)
+        return 0;
+    bt_key pk = {cur->key.data, (uint32_t)cur->key.len, cur->seq};
+    int rc = bt_seek_ge(bt, &pk, &cur->path);
+    if (rc) {
+        *exact = 0;
+        cur->version = 0;
+        return rc;
+    }
+    int eq;
+    uint64_t seq;
+    if ((rc = bt_key_is(bt, &cur->path, pk.key, pk.klen, &eq)) != 0)
+        return rc;
+    if (eq) {
+        if ((rc = bt_read(bt, &cur->path, NULL, NULL, 0, &seq)) != 0)
+            return rc;
+        eq = seq == cur->seq;
+    }
+    *exact = cur->on_record = eq;
+    cur->version = cur->c->version;
+    cur->wview = bt->wview;
+    return 0;
+}
+
+int qs_cursor_first(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    bt_ctx bt;
+    read_enter(cur->c, &bt);
+    int rc = cur_settle(cur, &bt, bt_first(&bt, &cur->path));
+    read_leave(cur->c, &bt);
+    return rc;
+}
+
+int qs_cursor_last(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    bt_ctx bt;
+    read_enter(cur->c, &bt);
+    int rc = cur_settle(cur, &bt, bt_last(&bt, &cur->path));
+    read_leave(cur->c, &bt);
+    return rc;
+}
+
+int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
+{
+    if (!cur)
+        return QS_INVAL;
+    int rc = check_kv(key, klen, NULL, 0);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    bt_key pk = {key, (uint32_t)klen, 0};
+    read_enter(cur->c, &bt);
+    rc = cur_settle(cur, &bt, bt_seek_ge(&bt, &pk, &cur->path));
+    read_leave(cur->c, &bt);
+    return rc;
+}
+
+static int cur_step(qs_cursor *cur, bt_ctx *bt, int reverse)
+{
+    int exact, rc;
+    if (!cur->positioned)
+        return QS_NOTFOUND;
+    rc = cur_refind(cur, bt, &exact);
+    if (rc == QS_NOTFOUND && !reverse)
+        return cur_settle(cur, bt, QS_NOTFOUND);
+    if (rc == QS_NOTFOUND) {
+        /* Nothing at or after our key: the previous record is the last. */
+        return cur_settle(cur, bt, bt_last(bt, &cur->path));
+    }
+    if (rc)
+        return rc;
+    if (reverse)
+        rc = bt_prev(bt, &cur->path);
+    else if (exact)
+        rc = bt_next(bt, &cur->path);
+    return cur_settle(cur, bt, rc);
+}
+
+int qs_cursor_next(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    bt_ctx bt;
+    read_enter(cur->c, &bt);
+    int rc = cur_step(cur, &bt, 0);
+    read_leave(cur->c, &bt);
+    return rc;
+}
+
+int qs_cursor_prev(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    bt_ctx bt;
+    read_enter(cur->c, &bt);
+    int rc = cur_step(cur, &bt, 1);
+    read_leave(cur->c, &bt);
+    return rc;
+}
+
+int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
+{
+    if (!cur || (key && !klen) || (val && !vlen))
+        return QS_INVAL;
+    if (key)
+        *key = NULL;
+    if (val)
+        *val = NULL;
+    if (!cur->positioned)
+        return QS_NOTFOUND;
+    bt_ctx bt;
+    bt_buf k = {0}, v = {0};
+    int exact;
+    read_enter(cur->c, &bt);
+    int rc = cur_refind(cur, &bt, &exact);
+    if (rc == 0 && !exact)
+        rc = QS_NOTFOUND;
+    if (rc == 0)
+        rc = bt_read(&bt, &cur->path, key ? &k : NULL, val ? &v : NULL, 0, NULL);
+    read_leave(cur->c, &bt);
+    if (rc == 0 && key && !k.data && !(k.data = malloc(1)))
+        rc = QS_NOMEM;
+    if (rc == 0 && val && !v.data && !(v.data = malloc(1)))
+        rc = QS_NOMEM;
+    if (rc) {
+        free(k.data);
+        free(v.data);
+        return rc;
+    }
+    if (key) {
+        *key = k.data;
+        *klen = k.len;
+    }
+    if (val) {
+        *val = v.data;
+        *vlen = v.len;
+    }
+    return 0;
+}
+
+int qs_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
+                   uint64_t *count)
+{
+    if (!cur || !outp || !outlen || !count)
+        return QS_INVAL;
+    *outp = NULL;
+    *outlen = 0;
+    *count = 0;
+    if (!cur->positioned || max == 0)
+        return 0;
+    bt_ctx bt;
+    bt_buf out = {0};
+    uint64_t n = 0;
+    int exact;
+    read_enter(cur->c, &bt);
+    int rc = cur_refind(cur, &bt, &exact);
+    if (rc == 0 && !exact && reverse)
+        rc = bt_prev(&bt, &cur->path);
+    while (rc == 0 && n < max) {
+        if ((rc = bt_read(&bt, &cur->path, &out, &out, 1, NULL)) != 0)
+            break;
+        n++;
+        rc = reverse ? bt_prev(&bt, &cur->path) : bt_next(&bt, &cur->path);
+    }
+    if (rc == 0 || rc == QS_NOTFOUND)
+        rc = cur_settle(cur, &bt, rc) == QS_NOTFOUND ? 0 : 0;
+    read_leave(cur->c, &bt);
+    if (rc) {
+        free(out.data);
+        return rc;
+    }
+    *outp = out.data;
+    *outlen = out.len;
+    *count = n;
+    return 0;
+}
+
+static int cursor_out_fn(qs_casket *c, bt_ctx *bt, void *arg)
+{
+    (void)c;
+    qs_cursor *cur = arg;
+    int exact, rc = cur_refind(cur, bt, &exact);
+    if (rc == 0 && !exact)
+        rc = QS_NOTFOUND;
+    if (rc)
+        return rc;
+    if ((rc = bt_delete(bt, &cur->path)) != 0)
+        return rc;
+    /* The record after the removed one is the first >= its (key, seq). */
+    bt_key pk = {cur->key.data, (uint32_t)cur->key.len, cur->seq};
+    rc = bt_seek_ge(bt, &pk, &cur->path);
+    if (rc == QS_NOTFOUND) {
+        cur->positioned = 0;
+        return 0;
+    }
+    return rc ? rc : cur_settle(cur, bt, 0);
+}
+
+int qs_cursor_out(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!cur->positioned)
+        return QS_NOTFOUND;
+    int rc = write_op(cur->c, cursor_out_fn, cur);
+    if (rc == 0) {
+        /* write_op bumped the version after our settle: re-find by key. */
+        cur->version = 0;
+        return cur->positioned ? 0 : QS_NOTFOUND;
+    }
+    return rc;
+}
+
+/* ---- benchmark driver ----------------------------------------------------- */
+
+int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
+                  size_t n)
+{
+    if (!c || (!qkey && qklen) || (!ids && n))
+        return QS_INVAL;
+    int own = i_own(c), rc = 0;
+    if (!own && (rc = qs_begin(c)) != 0)
+        return rc;
+    const uint8_t *id = ids;
+    for (size_t i = 0; i < n && rc == 0; i++, id += idlen) {
+        rc = qs_putdup(c, qkey, qklen, id, idlen);
+        if (rc == 0)
+            rc = qs_putdup(c, id, idlen, id, idlen);
+    }
+    if (own)
+        return rc;
+    if (rc) {
+        qs_abort(c);
+        return rc;
+    }
+    return qs_commit(c);
+}

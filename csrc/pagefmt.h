@@ -1,0 +1,73 @@
+/* pagefmt.h -- the on-disk layout shared by the log, the pager and the
+ * tree.  docs/DESIGN.md describes it in prose; this file is the truth. */
+#ifndef QS_PAGEFMT_H
+#define QS_PAGEFMT_H
+#include <stdint.h>
+#include <string.h>
+
+#define PG_SIZE 4096u
+#define PG_USABLE 4000u              /* bytes a page's owner may use */
+#define PG_NAMESPACES 2
+
+/* Trailer fields (offsets within the page). */
+#define TR_PGNO 4000u
+#define TR_FLAGS 4004u
+#define TR_SALT 4008u
+#define TR_TXN 4016u
+#define TR_NFRAMES 4024u
+#define TR_META 4028u                /* pg_meta, packed, META_BYTES long */
+#define TR_CHECKSUM 4088u            /* covers bytes [0, 4088) */
+#define TR_FLAG_COMMIT 1u
+
+/* Page types: first byte of every non-header page in use. */
+enum { PT_FREE = 0, PT_LEAF = 1, PT_INTERIOR = 2, PT_OVERFLOW = 3, PT_TRUNK = 4 };
+
+/* Main file page 0 and the log header. */
+#define MAIN_MAGIC "qstore\0\x1a"
+#define LOG_MAGIC "qstlog\0\x1a"
+#define HDR_VERSION 8u               /* u32 format version */
+#define HDR_PAGESIZE 12u             /* u32 page size */
+#define HDR_SALT 16u                 /* log: u64 salt */
+#define HDR_BASE_TXN 24u             /* log: u64 last txn in the main file */
+
+/* The casket's meta: carried by every commit frame and by page 0. */
+typedef struct pg_meta {
+    uint32_t npages;                 /* pages in use or free, page 0 included */
+    uint32_t free_head;              /* first free-list trunk page, 0 = none */
+    uint32_t free_count;             /* pages on the free list, trunks too */
+    uint32_t root[PG_NAMESPACES];    /* tree roots, 0 = empty tree */
+    uint64_t next_id;                /* next queue item id */
+    uint64_t txn;                    /* last committed transaction number */
+} pg_meta;
+#define META_BYTES 36u
+
+static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static inline void meta_store(uint8_t *p, const pg_meta *m)
+{
+    wr32(p, m->npages);
+    wr32(p + 4, m->free_head);
+    wr32(p + 8, m->free_count);
+    wr32(p + 12, m->root[0]);
+    wr32(p + 16, m->root[1]);
+    wr64(p + 20, m->next_id);
+    wr64(p + 28, m->txn);
+}
+
+static inline void meta_load(const uint8_t *p, pg_meta *m)
+{
+    m->npages = rd32(p);
+    m->free_head = rd32(p + 4);
+    m->free_count = rd32(p + 8);
+    m->root[0] = rd32(p + 12);
+    m->root[1] = rd32(p + 16);
+    m->next_id = rd64(p + 20);
+    m->txn = rd64(p + 28);
+}
+
+#endif

@@ -1,0 +1,740 @@
+/* pager.c -- see pager.h.  Memory is bounded by `budget` page buffers:
+ * committed images are evicted by a clock hand, and a transaction's dirty
+ * pages beyond the budget are written to the log as uncommitted frames
+ * ("spilled") and read back if touched again. */
+#include "pager.h"
+#include "qstore.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_SPARE 256
+#define TRUNK_NEXT 4
+#define TRUNK_N 8
+#define TRUNK_ENTRIES 12
+#define TRUNK_CAP ((PG_USABLE - TRUNK_ENTRIES) / 4)
+
+static pg_buf *buf_new(pager *p)
+{
+    pg_buf *b = p->spare;
+    if (b) {
+        p->spare = b->next;
+        p->nspare--;
+    } else if (!(b = malloc(sizeof *b)))
+        return NULL;
+    b->off = 0;
+    b->next = NULL;
+    b->ref = 1;
+    return b;
+}
+
+static void buf_drop(pager *p, pg_buf *b)
+{
+    if (p->nspare < MAX_SPARE) {
+        b->next = p->spare;
+        p->spare = b;
+        p->nspare++;
+    } else
+        free(b);
+}
+
+static inline pg_buf *as_buf(uint64_t v) { return (pg_buf *)(uintptr_t)v; }
+static inline uint64_t as_val(pg_buf *b) { return (uint64_t)(uintptr_t)b; }
+
+static void drop_all(pager *p, hm_map *m)
+{
+    uint32_t k;
+    uint64_t v;
+    for (size_t i = 0; i < m->cap; i++)
+        if (hm_slot(m, i, &k, &v))
+            buf_drop(p, as_buf(v));
+    hm_clear(m);
+}
+
+static int pread_page(int fd, uint8_t *page, uint64_t off)
+{
+    size_t got = 0;
+    while (got < PG_SIZE) {
+        ssize_t n = pread(fd, page + got, PG_SIZE - got, (off_t)(off + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (n == 0)
+            return QS_CORRUPT;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static int pwrite_page(int fd, const uint8_t *page, uint64_t off)
+{
+    size_t put = 0;
+    while (put < PG_SIZE) {
+        ssize_t n = pwrite(fd, page + put, PG_SIZE - put, (off_t)(off + put));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        put += (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads the committed image of pgno from the log or the main file. */
+static int read_committed(pager *p, uint32_t pgno, uint8_t *page)
+{
+    uint64_t off;
+    if (hm_get(&p->logidx, pgno, &off))
+        return wal_read_frame(&p->log, off, pgno, page);
+    if (pgno >= p->main_pages)
+        return QS_CORRUPT;
+    int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE);
+    return rc ? rc : page_verify(page, pgno);
+}
+
+int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
+{
+    if (pgno == 0 || pgno >= p->meta.npages)
+        return QS_CORRUPT;
+    return read_committed(p, pgno, page);
+}
+
+static int build_header(pager *p, uint8_t *page, const pg_meta *m)
+{
+    (void)p;
+    memset(page, 0, PG_SIZE);
+    memcpy(page, MAIN_MAGIC, 8);
+    wr32(page + HDR_VERSION, QS_FORMAT_VERSION);
+    wr32(page + HDR_PAGESIZE, PG_SIZE);
+    wr32(page + TR_PGNO, 0);
+    meta_store(page + TR_META, m);
+    page_seal(page);
+    return 0;
+}
+
+static int main_size_pages(pager *p, uint64_t *pages)
+{
+    struct stat st;
+    if (fstat(p->fd, &st) != 0)
+        return errno;
+    *pages = (uint64_t)st.st_size / PG_SIZE;
+    return 0;
+}
+
+int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
+            size_t budget_pages, uint64_t checkpoint_bytes)
+{
+    memset(p, 0, sizeof *p);
+    p->fd = fd;
+    p->readonly = readonly;
+    p->has_log = log_fd >= 0;
+    p->log.fd = log_fd;
+    p->budget = budget_pages < 64 ? 64 : budget_pages;
+    p->checkpoint_bytes = checkpoint_bytes;
+    p->log_end = PG_SIZE;
+    uint8_t *page = malloc(PG_SIZE);
+    if (!page)
+        return QS_NOMEM;
+    int rc = 0, page0_bad = 0;
+    if (create) {
+        memset(&p->meta, 0, sizeof p->meta);
+        p->meta.npages = 1;
+        build_header(p, page, &p->meta);
+        if ((rc = pwrite_page(fd, page, 0)) != 0)
+            goto fail;
+        if (fdatasync(fd) != 0) {
+            rc = errno;
+            goto fail;
+        }
+    } else {
+        rc = pread_page(fd, page, 0);
+        if (rc == QS_CORRUPT)
+            rc = QS_NOTCASKET;  /* shorter than one page: not ours */
+        if (rc)
+            goto fail;
+        if (memcmp(page, MAIN_MAGIC, 8) != 0) {
+            rc = QS_NOTCASKET;
+            goto fail;
+        }
+        if (page_verify(page, 0) != 0)
+            page0_bad = 1;  /* maybe torn by a checkpoint; the log may save us */
+        else if (rd32(page + HDR_VERSION) != QS_FORMAT_VERSION) {
+            rc = QS_VERSION;
+            goto fail;
+        } else if (rd32(page + HDR_PAGESIZE) != PG_SIZE) {
+            rc = QS_CORRUPT;
+            goto fail;
+        } else
+            meta_load(page + TR_META, &p->meta);
+    }
+    if ((rc = main_size_pages(p, &p->main_pages)) != 0)
+        goto fail;
+    if (!page0_bad && (p->meta.npages == 0 || p->main_pages < p->meta.npages)) {
+        rc = QS_CORRUPT;  /* truncated: pages the header promises are gone */
+        goto fail;
+    }
+
+    int log_ok = 0;
+    if (p->has_log) {
+        rc = wal_read_header(&p->log);
+        if (rc == 0)
+            log_ok = 1;
+        else if (rc != QS_CORRUPT && rc != QS_VERSION)
+            goto fail;
+        rc = 0;
+    }
+    if (log_ok) {
+        /* Frames not newer than the main file's last checkpoint are history. */
+        if (!page0_bad && p->log.base_txn < p->meta.txn)
+            p->log.base_txn = p->meta.txn;
+        wal_recovery rec;
+        if ((rc = wal_recover(&p->log, &p->logidx, &rec)) != 0)
+            goto fail;
+        if (rec.found_commit) {
+            p->meta = rec.meta;
+            p->log_end = rec.end;
+            page0_bad = 0;
+        }
+    }
+    if (page0_bad) {
+        rc = QS_CORRUPT;
+        goto fail;
+    }
+    if (p->meta.npages == 0 || p->meta.root[0] >= p->meta.npages ||
+        p->meta.root[1] >= p->meta.npages || p->meta.free_head >= p->meta.npages) {
+        rc = QS_CORRUPT;
+        goto fail;
+    }
+    p->next_txn = p->meta.txn + 1;
+    if (!readonly) {
+        /* Fold whatever the log holds into the main file and start a fresh
+         * generation, so no frame of an older life can ever be replayed. */
+        if (p->logidx.len && (rc = pg_checkpoint_copy(p)) != 0)
+            goto fail;
+        if ((rc = pg_checkpoint_finish(p, PG_SIZE)) != 0)
+            goto fail;
+        if ((rc = wal_sync(&p->log)) != 0)
+            goto fail;
+        p->checkpoints = 0;
+    }
+    free(page);
+    return 0;
+fail:
+    free(page);
+    pg_close(p);
+    return rc;
+}
+
+void pg_close(pager *p)
+{
+    if (p->in_txn)
+        pg_abort(p);
+    drop_all(p, &p->cache);
+    hm_free(&p->cache);
+    hm_free(&p->logidx);
+    hm_free(&p->dirty);
+    hm_free(&p->spill);
+    while (p->spare) {
+        pg_buf *b = p->spare;
+        p->spare = b->next;
+        free(b);
+    }
+    p->nspare = 0;
+}
+
+static int cache_insert(pager *p, hm_map *m, uint32_t pgno, pg_buf *b)
+{
+    b->pgno = pgno;
+    if (hm_put(m, pgno, as_val(b)) != 0) {
+        buf_drop(p, b);
+        return QS_NOMEM;
+    }
+    return 0;
+}
+
+static int get_committed(pager *p, uint32_t pgno, pg_buf **out)
+{
+    uint64_t v;
+    if (hm_get(&p->cache, pgno, &v)) {
+        pg_buf *b = as_buf(v);
+        b->ref = 1;
+        *out = b;
+        return 0;
+    }
+    if (pgno == 0 || pgno >= p->meta.npages)
+        return QS_CORRUPT;
+    pg_buf *b = buf_new(p);
+    if (!b)
+        return QS_NOMEM;
+    int rc = read_committed(p, pgno, b->data);
+    if (rc) {
+        buf_drop(p, b);
+        return rc;
+    }
+    if ((rc = cache_insert(p, &p->cache, pgno, b)) != 0)
+        return rc;
+    *out = b;
+    return 0;
+}
+
+/* The writer's own image of pgno if it has one (dirty, or spilled and
+ * loaded back as dirty).  *out NULL when the page is unchanged. */
+static int get_private(pager *p, uint32_t pgno, pg_buf **out)
+{
+    uint64_t v;
+    *out = NULL;
+    if (hm_get(&p->dirty, pgno, &v)) {
+        *out = as_buf(v);
+        (*out)->ref = 1;
+        return 0;
+    }
+    if (hm_get(&p->spill, pgno, &v)) {
+        pg_buf *b = buf_new(p);
+        if (!b)
+            return QS_NOMEM;
+        int rc = wal_read_frame(&p->log, v, pgno, b->data);
+        if (rc) {
+            buf_drop(p, b);
+            return rc;
+        }
+        if ((rc = cache_insert(p, &p->dirty, pgno, b)) != 0)
+            return rc;
+        *out = b;
+    }
+    return 0;
+}
+
+int pg_get(pager *p, int wview, uint32_t pgno, uint8_t **out)
+{
+    pg_buf *b;
+    int rc;
+    if (wview) {
+        if (pgno == 0 || pgno >= p->wmeta.npages)
+            return QS_CORRUPT;
+        if ((rc = get_private(p, pgno, &b)) != 0)
+            return rc;
+        if (b) {
+            *out = b->data;
+            return 0;
+        }
+    }
+    if ((rc = get_committed(p, pgno, &b)) != 0)
+        return rc;
+    *out = b->data;
+    return 0;
+}
+
+int pg_write(pager *p, uint32_t pgno, uint8_t **out)
+{
+    pg_buf *b, *c;
+    int rc;
+    if (pgno == 0 || pgno >= p->wmeta.npages)
+        return QS_CORRUPT;
+    if ((rc = get_private(p, pgno, &b)) != 0)
+        return rc;
+    if (!b) {
+        if ((rc = get_committed(p, pgno, &c)) != 0)
+            return rc;
+        if (!(b = buf_new(p)))
+            return QS_NOMEM;
+        memcpy(b->data, c->data, PG_SIZE);
+        if ((rc = cache_insert(p, &p->dirty, pgno, b)) != 0)
+            return rc;
+    }
+    *out = b->data;
+    return 0;
+}
+
+/* A blank writable image for pgno, whatever it held before. */
+static int write_blank(pager *p, uint32_t pgno, uint8_t **out)
+{
+    uint64_t v;
+    pg_buf *b;
+    if (hm_get(&p->dirty, pgno, &v))
+        b = as_buf(v);
+    else {
+        if (!(b = buf_new(p)))
+            return QS_NOMEM;
+        int rc = cache_insert(p, &p->dirty, pgno, b);
+        if (rc)
+            return rc;
+    }
+    memset(b->data, 0, PG_SIZE);
+    b->ref = 1;
+    *out = b->data;
+    return 0;
+}
+
+int pg_alloc(pager *p, uint32_t *pgno, uint8_t **out)
+{
+    pg_meta *m = &p->wmeta;
+    int rc;
+    if (m->free_head) {
+        uint8_t *trunk;
+        if ((rc = pg_write(p, m->free_head, &trunk)) != 0)
+            return rc;
+        uint32_t n = rd32(trunk + TRUNK_N);
+        if (trunk[0] != PT_TRUNK || n > TRUNK_CAP)
+            return QS_CORRUPT;
+        uint32_t got;
+        if (n > 0) {
+            got = rd32(trunk + TRUNK_ENTRIES + 4 * (n - 1));
+            if (got == 0 || got >= m->npages)
+                return QS_CORRUPT;
+            wr32(trunk + TRUNK_N, n - 1);
+        } else {
+            got = m->free_head;
+            uint32_t next = rd32(trunk + TRUNK_NEXT);
+            if (next >= m->npages)
+                return QS_CORRUPT;
+            m->free_head = next;
+        }
+        if ((rc = write_blank(p, got, out)) != 0)
+            return rc;
+        m->free_count--;
+        *pgno = got;
+        return 0;
+    }
+    if (m->npages >= UINT32_MAX - 1)
+        return QS_FULL;
+    uint32_t got = m->npages;
+    m->npages++;
+    if ((rc = write_blank(p, got, out)) != 0) {
+        m->npages--;
+        return rc;
+    }
+    *pgno = got;
+    return 0;
+}
+
+int pg_free(pager *p, uint32_t pgno)
+{
+    pg_meta *m = &p->wmeta;
+    uint8_t *page;
+    int rc;
+    if (m->free_head) {
+        uint8_t *trunk;
+        if ((rc = pg_write(p, m->free_head, &trunk)) != 0)
+            return rc;
+        uint32_t n = rd32(trunk + TRUNK_N);
+        if (trunk[0] != PT_TRUNK || n > TRUNK_CAP)
+            return QS_CORRUPT;
+        if (n < TRUNK_CAP) {
+            wr32(trunk + TRUNK_ENTRIES + 4 * n, pgno);
+            wr32(trunk + TRUNK_N, n + 1);
+            m->free_count++;
+            /* Its old image is of no further use to this transaction. */
+            return write_blank(p, pgno, &page);
+        }
+    }
+    if ((rc = write_blank(p, pgno, &page)) != 0)
+        return rc;
+    page[0] = PT_TRUNK;
+    wr32(page + TRUNK_NEXT, m->free_head);
+    wr32(page + TRUNK_N, 0);
+    m->free_head = pgno;
+    m->free_count++;
+    return 0;
+}
+
+void pg_begin(pager *p)
+{
+    p->wmeta = p->meta;
+    p->txn = p->next_txn++;
+    p->txn_start = p->txn_end = p->log_end;
+    p->in_txn = 1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Writes about a quarter of the dirty pages (the least recently used) as
+ * uncommitted frames and forgets them. */
+static int spill(pager *p)
+{
+    size_t want = p->dirty.len / 4 + 1, n = 0;
+    pg_buf **victims = malloc(want * sizeof *victims);
+    uint8_t **pages = malloc(want * sizeof *pages);
+    int rc = 0;
+    if (!victims || !pages) {
+        rc = QS_NOMEM;
+        goto out;
+    }
+    for (size_t pass = 0; pass < 2 * p->dirty.cap && n < want; pass++) {
+        size_t i = p->dirty_hand;
+        p->dirty_hand = (p->dirty_hand + 1) & (p->dirty.cap - 1);
+        uint32_t k;
+        uint64_t v;
+        if (!hm_slot(&p->dirty, i, &k, &v))
+            continue;
+        pg_buf *b = as_buf(v);
+        if (b->ref && pass < p->dirty.cap) {
+            b->ref = 0;
+            continue;
+        }
+        if (b->ref == 2)
+            continue;  /* already chosen */
+        b->ref = 2;
+        victims[n++] = b;
+    }
+    /* Pages that were spilled before overwrite their own frame; the rest
+     * go after the transaction's last frame, in one write. */
+    size_t fresh = 0;
+    uint64_t at = p->txn_end;
+    for (size_t i = 0; i < n; i++) {
+        pg_buf *b = victims[i];
+        uint64_t off;
+        if (!hm_get(&p->spill, b->pgno, &off)) {
+            off = p->txn_end;
+            p->txn_end += PG_SIZE;
+        }
+        b->off = off;
+        wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
+    }
+    if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (victims[i]->off >= at)
+            pages[fresh++] = victims[i]->data;
+    /* Fresh frames were numbered in victim order, so they are contiguous. */
+    if (fresh && (rc = wal_write(&p->log, pages, fresh, at)) != 0)
+        goto out;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (victims[i]->off < at)
+        {
+            uint8_t *one = victims[i]->data;
+            rc = wal_write(&p->log, &one, 1, victims[i]->off);
+        }
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        pg_buf *b = victims[i];
+        if (hm_put(&p->spill, b->pgno, b->off) != 0) {
+            rc = QS_NOMEM;
+            goto out;
+        }
+        hm_del(&p->dirty, b->pgno);
+        buf_drop(p, b);
+        victims[i] = NULL;
+        p->spilled++;
+    }
+out:
+    if (victims)
+        for (size_t i = 0; i < n; i++)
+            if (victims[i])
+                victims[i]->ref = 1;
+    free(victims);
+    free(pages);
+    return rc;
+}
+
+int pg_trim(pager *p, int is_writer)
+{
+    size_t low = p->budget - p->budget / 8;
+    if (p->cache.len + p->dirty.len <= p->budget)
+        return 0;
+    for (size_t steps = 0; p->cache.len && p->cache.len + p->dirty.len > low &&
+                           steps < 3 * p->cache.cap; steps++) {
+        size_t i = p->cache_hand;
+        p->cache_hand = (p->cache_hand + 1) & (p->cache.cap - 1);
+        uint32_t k;
+        uint64_t v;
+        if (!hm_slot(&p->cache, i, &k, &v))
+            continue;
+        pg_buf *b = as_buf(v);
+        if (b->ref) {
+            b->ref = 0;
+            continue;
+        }
+        hm_del(&p->cache, k);
+        buf_drop(p, b);
+        /* The backward shift may have moved an entry into slot i. */
+        p->cache_hand = i;
+    }
+    if (is_writer && p->in_txn && p->dirty.len > low)
+        return spill(p);
+    return 0;
+}
+
+int pg_commit_write(pager *p, int sync_growth, int *wrote)
+{
+    int rc;
+    *wrote = 0;
+    if (p->dirty.len == 0 && p->spill.len == 0)
+        return 0;
+    if (p->dirty.len == 0) {
+        /* Everything was spilled: bring one page back to carry the commit. */
+        uint32_t k;
+        uint64_t v;
+        uint8_t *unused;
+        for (size_t i = 0; i < p->spill.cap; i++)
+            if (hm_slot(&p->spill, i, &k, &v))
+                break;
+        if ((rc = pg_get(p, 1, k, &unused)) != 0)
+            return rc;
+    }
+    size_t n = p->dirty.len, fresh = 0;
+    pg_buf **bufs = malloc(n * sizeof *bufs);
+    pg_buf **fresh_bufs = malloc(n * sizeof *fresh_bufs);
+    uint8_t **pages = malloc(n * sizeof *pages);
+    if (!bufs || !pages || !fresh_bufs) {
+        rc = QS_NOMEM;
+        goto out;
+    }
+    uint32_t k;
+    uint64_t v;
+    size_t j = 0;
+    for (size_t i = 0; i < p->dirty.cap; i++)
+        if (hm_slot(&p->dirty, i, &k, &v))
+            bufs[j++] = as_buf(v);
+    /* Rewritten spill frames first (in place), then fresh frames in one
+     * contiguous write whose last page is the commit frame. */
+    uint64_t at = p->txn_end;
+    pg_buf *commit_buf = NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off;
+        if (hm_get(&p->spill, bufs[i]->pgno, &off) && i != n - 1) {
+            bufs[i]->off = off;
+            wal_stamp(&p->log, bufs[i]->data, bufs[i]->pgno, p->txn, 0, 0, NULL);
+            uint8_t *one = bufs[i]->data;
+            if ((rc = wal_write(&p->log, &one, 1, off)) != 0)
+                goto out;
+        } else {
+            bufs[i]->off = at + (uint64_t)fresh * PG_SIZE;
+            fresh_bufs[fresh] = bufs[i];
+            pages[fresh++] = bufs[i]->data;
+            commit_buf = bufs[i];
+        }
+    }
+    /* bufs[n-1] always goes fresh, so commit_buf is the last fresh page. */
+    uint64_t end = at + (uint64_t)fresh * PG_SIZE;
+    uint32_t nframes = (uint32_t)((end - p->txn_start) / PG_SIZE);
+    p->wmeta.txn = p->txn;
+    for (size_t i = 0; i < fresh; i++) {
+        pg_buf *b = fresh_bufs[i];
+        int last = b == commit_buf;
+        wal_stamp(&p->log, b->data, b->pgno, p->txn, last ? TR_FLAG_COMMIT : 0,
+                  nframes, &p->wmeta);
+    }
+    if ((rc = wal_reserve(&p->log, end, sync_growth)) != 0)
+        goto out;
+    if ((rc = wal_write(&p->log, pages, fresh, at)) != 0)
+        goto out;
+    p->txn_end = end;
+    *wrote = 1;
+out:
+    free(bufs);
+    free(fresh_bufs);
+    free(pages);
+    return rc;
+}
+
+void pg_publish(pager *p)
+{
+    uint32_t k;
+    uint64_t v, old;
+    for (size_t i = 0; i < p->dirty.cap; i++) {
+        if (!hm_slot(&p->dirty, i, &k, &v))
+            continue;
+        pg_buf *b = as_buf(v);
+        /* Allocation failures here would lose the index entry; the cache map
+         * only replaces in place or grows, so reserve by replacing first. */
+        if (hm_get(&p->cache, k, &old)) {
+            buf_drop(p, as_buf(old));
+            hm_put(&p->cache, k, v);
+        } else if (hm_put(&p->cache, k, v) != 0)
+            buf_drop(p, b);  /* not cached; the log index still finds it */
+        hm_put(&p->logidx, k, b->off);
+    }
+    for (size_t i = 0; i < p->spill.cap; i++) {
+        if (!hm_slot(&p->spill, i, &k, &v))
+            continue;
+        if (hm_get(&p->dirty, k, &old))
+            continue;
+        if (hm_get(&p->cache, k, &old)) {
+            hm_del(&p->cache, k);
+            buf_drop(p, as_buf(old));
+        }
+        hm_put(&p->logidx, k, v);
+    }
+    hm_clear(&p->dirty);
+    hm_clear(&p->spill);
+    p->meta = p->wmeta;
+    p->log_end = p->txn_end;
+    p->in_txn = 0;
+    p->commits++;
+}
+
+void pg_abort(pager *p)
+{
+    drop_all(p, &p->dirty);
+    hm_clear(&p->spill);
+    p->in_txn = 0;
+}
+
+typedef struct pg_off { uint64_t pgno, off; } pg_off;
+
+static int cmp_pgoff(const void *a, const void *b)
+{
+    return cmp_u64(a, b);
+}
+
+int pg_checkpoint_copy(pager *p)
+{
+    size_t n = p->logidx.len, j = 0;
+    pg_off *list = malloc((n ? n : 1) * sizeof *list);
+    uint8_t *page = malloc(PG_SIZE);
+    int rc = 0;
+    if (!list || !page) {
+        rc = QS_NOMEM;
+        goto out;
+    }
+    uint32_t k;
+    uint64_t v;
+    for (size_t i = 0; i < p->logidx.cap; i++)
+        if (hm_slot(&p->logidx, i, &k, &v)) {
+            list[j].pgno = k;
+            list[j].off = v;
+            j++;
+        }
+    qsort(list, n, sizeof *list, cmp_pgoff);
+    for (size_t i = 0; i < n; i++) {
+        if ((rc = wal_read_frame(&p->log, list[i].off, (uint32_t)list[i].pgno, page)) != 0)
+            goto out;
+        if ((rc = pwrite_page(p->fd, page, list[i].pgno * PG_SIZE)) != 0)
+            goto out;
+    }
+    build_header(p, page, &p->meta);
+    if ((rc = pwrite_page(p->fd, page, 0)) != 0)
+        goto out;
+    if (fdatasync(p->fd) != 0) {
+        rc = errno;
+        goto out;
+    }
+    p->checkpoints++;
+out:
+    free(list);
+    free(page);
+    return rc;
+}
+
+int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
+{
+    hm_clear(&p->logidx);
+    if (p->main_pages < p->meta.npages)
+        p->main_pages = p->meta.npages;
+    int rc = wal_reset(&p->log, p->meta.txn);
+    if (rc)
+        return rc;
+    p->log_end = PG_SIZE;
+    if (keep_log_bytes < PG_SIZE)
+        keep_log_bytes = PG_SIZE;
+    return wal_shrink(&p->log, keep_log_bytes);
+}

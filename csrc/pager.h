@@ -1,0 +1,117 @@
+/* pager.h -- pages for the tree (pg_ prefix): the committed page cache, the
+ * writer's private dirty pages, spilling them before commit, the log index,
+ * checkpoints and the free list.
+ *
+ * Two views of the casket exist at once: the committed view (every reader)
+ * and the writer's view (committed plus its transaction's changes).  The
+ * pager is not thread-safe: casket.c serializes calls with its operation
+ * mutex, except pg_commit_write and pg_checkpoint_copy, which touch only
+ * writer-owned state and may run while readers work. */
+#ifndef QS_PAGER_H
+#define QS_PAGER_H
+#include <stddef.h>
+#include <stdint.h>
+#include "hmap.h"
+#include "pagefmt.h"
+#include "wal.h"
+
+typedef struct pg_buf {
+    uint8_t data[PG_SIZE];
+    uint64_t off;               /* log offset of its frame once written */
+    struct pg_buf *next;        /* spare list */
+    uint32_t pgno;
+    uint8_t ref;                /* clock bit: used since the hand passed */
+} pg_buf;
+
+typedef struct pager {
+    int fd;                     /* main file */
+    int readonly;
+    int has_log;                /* a read-only handle may have no log */
+    wal log;
+    hm_map cache;               /* committed images: pgno -> pg_buf* */
+    hm_map logidx;              /* committed: pgno -> newest frame offset */
+    pg_meta meta;               /* committed meta */
+    uint64_t log_end;           /* offset after the last committed frame */
+    uint64_t main_pages;        /* pages present in the main file */
+    size_t budget;              /* page buffers allowed (cache + dirty) */
+    size_t cache_hand, dirty_hand;
+    uint64_t checkpoint_bytes;
+    /* the writer's transaction */
+    int in_txn;
+    pg_meta wmeta;
+    hm_map dirty;               /* pgno -> pg_buf* */
+    hm_map spill;               /* pgno -> offset of its uncommitted frame */
+    uint64_t txn, next_txn;
+    uint64_t txn_start, txn_end;
+    /* spare buffers and statistics */
+    pg_buf *spare;
+    size_t nspare;
+    uint64_t commits, checkpoints, spilled;
+} pager;
+
+/* Opens the pager over an open main file fd and log fd (log_fd -1: no log,
+ * read-only only).  create: the main file is empty and is to be
+ * initialized.  A read-write open recovers the log, checkpoints it and
+ * starts a new log generation.  Returns 0, QS_NOTCASKET, QS_VERSION,
+ * QS_CORRUPT, QS_NOMEM or errno; on failure everything it allocated is
+ * released (the fds stay the caller's). */
+int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
+            size_t budget_pages, uint64_t checkpoint_bytes);
+
+/* Releases memory.  Does not checkpoint or close fds. */
+void pg_close(pager *p);
+
+/* The meta seen by a view. */
+static inline pg_meta *pg_meta_of(pager *p, int wview)
+{
+    return wview ? &p->wmeta : &p->meta;
+}
+
+/* Page pgno as seen by the view (wview nonzero: the writer's).  *out stays
+ * valid until pg_trim.  Returns 0, QS_CORRUPT (out of range, bad checksum),
+ * QS_NOMEM or errno. */
+int pg_get(pager *p, int wview, uint32_t pgno, uint8_t **out);
+
+/* Writable copy of page pgno in the writer's view (in a transaction).
+ * Same returns as pg_get. */
+int pg_write(pager *p, uint32_t pgno, uint8_t **out);
+
+/* A new zeroed writable page, from the free list or the end of the file.
+ * Returns 0, QS_FULL, QS_NOMEM, QS_CORRUPT or errno. */
+int pg_alloc(pager *p, uint32_t *pgno, uint8_t **out);
+
+/* Puts pgno on the free list.  Returns 0 or an error as pg_write. */
+int pg_free(pager *p, uint32_t pgno);
+
+/* Ends an operation: evicts committed images over budget and, when
+ * is_writer, spills dirty pages over budget to the log.  Returns 0 or the
+ * spill's error (the transaction must then be aborted). */
+int pg_trim(pager *p, int is_writer);
+
+/* Starts a transaction (the caller holds the write lock). */
+void pg_begin(pager *p);
+
+/* Writes the transaction's frames, the commit frame last, without syncing.
+ * *wrote is set to 0 when the transaction changed nothing.  Returns 0 or
+ * errno; on failure the transaction is still open (abort it). */
+int pg_commit_write(pager *p, int sync_growth, int *wrote);
+
+/* Makes the written transaction the committed state (operation mutex held). */
+void pg_publish(pager *p);
+
+/* Drops the transaction's changes. */
+void pg_abort(pager *p);
+
+/* Copies every logged page to the main file, writes page 0 and syncs the
+ * main file.  No transaction may be open.  Returns 0 or errno. */
+int pg_checkpoint_copy(pager *p);
+
+/* After pg_checkpoint_copy (operation mutex held): forgets the log index and
+ * starts a new log generation.  Returns 0 or errno. */
+int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes);
+
+/* Reads page pgno straight from disk (log or main file) without caching:
+ * for the integrity check.  Returns as pg_get. */
+int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page);
+
+#endif

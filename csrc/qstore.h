@@ -1,0 +1,276 @@
+/*
+ * qstore.h -- the public interface of the pyqstore C core.
+ *
+ * A casket is one file holding an ordered B+tree of byte-string keys and
+ * values (compared with memcmp, a shorter key sorting before any longer key
+ * it prefixes).  A key may hold several values ("duplicates"); they are kept
+ * in insertion order.  Changes are made in transactions that are atomic and,
+ * with sync on, durable when qs_commit returns.  See docs/DESIGN.md for the
+ * file format and the commit protocol.
+ *
+ * Return codes.  Every int-returning function returns 0 on success, one of
+ * the negative QS_* codes below, or a positive errno value from a failed
+ * system call.  qs_strerror() describes all three kinds.  Unless a function
+ * says otherwise, a failed call changed nothing: the casket and the caller's
+ * transaction are as they were before the call.
+ *
+ * Memory.  Byte strings returned through `void **` out-parameters are
+ * allocated by the library and owned by the caller, who releases them with
+ * qs_free().  Input buffers are only read during the call.
+ *
+ * Threads.  One qs_casket may be used from many threads at once.  A write
+ * transaction belongs to the thread that began it; other threads calling a
+ * writing function wait until it ends (they do not time out), while their
+ * reads proceed against the last committed state and never wait for the
+ * transaction as a whole.  Outside an explicit transaction every writing
+ * call is its own transaction.
+ *
+ * This header is read by the cffi build (pyqstore/_build.py): lines starting
+ * with '#' are dropped there, so everything the binding needs is plain C
+ * declarations.
+ */
+#ifndef QSTORE_H
+#define QSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: our own range, below errno values and above INT_MIN. */
+enum {
+    QS_OK = 0,
+    QS_NOTFOUND = -32001,   /* no such key, or a cursor ran off an end */
+    QS_KEYEXIST = -32002,   /* qs_putkeep: the key already has a value */
+    QS_CORRUPT = -32003,    /* a page failed its checksum or structure check */
+    QS_NOTCASKET = -32004,  /* the file is not a casket (bad magic) */
+    QS_VERSION = -32005,    /* a casket of a format version we cannot read */
+    QS_LOCKED = -32006,     /* another process holds the casket's lock */
+    QS_READONLY = -32007,   /* a write on a casket opened read-only */
+    QS_TXN = -32008,        /* transaction misuse: nested begin, commit or
+                               abort with no transaction of this thread */
+    QS_INVAL = -32009,      /* an argument is out of range */
+    QS_NOMEM = -32010,      /* an allocation failed */
+    QS_TOOBIG = -32011,     /* key longer than QS_MAX_KEY or value longer
+                               than QS_MAX_VALUE */
+    QS_CLOSED = -32012,     /* the handle was closed */
+    QS_FULL = -32013,       /* the file would exceed 2^32 pages */
+    QS_LAST_ERRCODE = -32013
+};
+
+enum {
+    QS_MAX_KEY = 16384,             /* bytes */
+    QS_MAX_VALUE = 1073741824,      /* 1 GiB */
+    QS_PAGE_SIZE = 4096,
+    QS_FORMAT_VERSION = 1
+};
+
+/* Open modes, as in the dbm module: "r" "w" "c" "n". */
+enum {
+    QS_OPEN_READ = 0,       /* read-only; the file must exist */
+    QS_OPEN_WRITE = 1,      /* read-write; the file must exist */
+    QS_OPEN_CREATE = 2,     /* read-write; create if missing */
+    QS_OPEN_NEW = 3         /* read-write; always start empty */
+};
+
+typedef struct qs_casket qs_casket;
+typedef struct qs_cursor qs_cursor;
+
+typedef struct qs_options {
+    int mode;               /* one of QS_OPEN_* */
+    int sync;               /* nonzero: commit returns only once durable */
+    double lock_timeout;    /* seconds to wait for another process's lock;
+                               0 fails at once with QS_LOCKED */
+    uint64_t cache_bytes;   /* page memory budget (committed cache plus a
+                               transaction's dirty pages); 0 = default
+                               (256 MiB).  A larger transaction spills. */
+    uint64_t checkpoint_bytes; /* log size that triggers a checkpoint;
+                               0 = default (16 MiB) */
+} qs_options;
+
+typedef struct qs_stat {
+    uint32_t page_size;
+    uint32_t format_version;
+    uint64_t pages;          /* pages in the casket, header included */
+    uint64_t free_pages;     /* pages on the free list */
+    uint64_t records;        /* records in the user namespace, each
+                                duplicate counted */
+    uint64_t file_bytes;     /* size of the main file */
+    uint64_t log_bytes;      /* committed bytes in the log not yet
+                                checkpointed */
+    uint64_t log_file_bytes; /* size of the log file */
+    uint32_t depth;          /* height of the user tree (0 when empty) */
+    uint32_t in_transaction; /* nonzero while some thread holds a txn */
+    uint64_t commits;        /* commits since open */
+    uint64_t syncs;          /* fdatasync calls on the log since open */
+    uint64_t checkpoints;    /* checkpoints since open */
+    uint64_t spilled_pages;  /* dirty pages written before commit */
+} qs_stat;
+
+/* Describes any return code of this library (0, QS_*, or errno).  The
+ * string is static; never NULL. */
+const char *qs_strerror(int rc);
+
+/* Releases memory returned by this library.  NULL is ignored. */
+void qs_free(void *p);
+
+/* Fills *opts with the defaults: QS_OPEN_CREATE, sync on, 5 s lock timeout. */
+void qs_options_init(qs_options *opts);
+
+/* Opens (or creates) the casket at `path` and its log `path`-log.
+ * On success *out is a new handle, owned by the caller until qs_close.
+ * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTCASKET,
+ * QS_VERSION, QS_CORRUPT, QS_LOCKED (after lock_timeout), QS_INVAL, or an
+ * errno.  On failure *out is NULL and nothing is left open; a file created
+ * by the failed call may remain. */
+int qs_open(const char *path, const qs_options *opts, qs_casket **out);
+
+/* Closes the handle.  A transaction still open is aborted.  Returns the
+ * first error met while checkpointing; the handle is freed in every case,
+ * so it must not be used again.  NULL is ignored. */
+int qs_close(qs_casket *c);
+
+/* Sets sync on (nonzero) or off for later commits.  Never fails. */
+void qs_set_sync(qs_casket *c, int on);
+
+/* Begins a write transaction owned by the calling thread, waiting while
+ * another thread of this process owns one.  Fails with QS_TXN if this
+ * thread already has one, QS_READONLY, QS_CLOSED. */
+int qs_begin(qs_casket *c);
+
+/* Commits this thread's transaction.  With sync on, returns once the
+ * transaction is durable (one log fdatasync, shared with concurrent
+ * committers).  Fails with QS_TXN when this thread has no transaction.  On
+ * an I/O error the transaction is aborted (its changes are gone) and the
+ * error is returned. */
+int qs_commit(qs_casket *c);
+
+/* Abandons this thread's transaction: the casket is exactly as before
+ * qs_begin.  Fails with QS_TXN when this thread has no transaction. */
+int qs_abort(qs_casket *c);
+
+/* Nonzero when the calling thread owns a transaction on c. */
+int qs_in_transaction(qs_casket *c);
+
+/* Record functions.  Keys are 0..QS_MAX_KEY bytes, values 0..QS_MAX_VALUE
+ * bytes (QS_TOOBIG otherwise).  Writing functions fail with QS_READONLY on a
+ * read-only casket.  Inside a transaction, a refusal found before anything
+ * changes (QS_TOOBIG, QS_INVAL, QS_KEYEXIST, QS_NOTFOUND) leaves the
+ * transaction open and unchanged; an I/O, memory or corruption error in the
+ * middle of a change spoils the transaction: every later write in it
+ * returns that error and qs_commit aborts it and returns it.  Outside a
+ * transaction such a call is rolled back whole. */
+
+/* Replaces all values of key with this one value. */
+int qs_put(qs_casket *c, const void *key, size_t klen,
+           const void *val, size_t vlen);
+
+/* Stores the value only if the key has none: QS_KEYEXIST otherwise. */
+int qs_putkeep(qs_casket *c, const void *key, size_t klen,
+               const void *val, size_t vlen);
+
+/* Adds the value after the existing values of key. */
+int qs_putdup(qs_casket *c, const void *key, size_t klen,
+              const void *val, size_t vlen);
+
+/* Adds n records in one call: record i has key keys[koff[i]..koff[i+1])
+ * and value vals[voff[i]..voff[i+1]) (koff and voff have n+1 entries).
+ * Each is a putdup.  Atomic: all or none (a transaction of its own when
+ * none is open). */
+int qs_putdup_many(qs_casket *c, size_t n,
+                   const void *keys, const uint64_t *koff,
+                   const void *vals, const uint64_t *voff);
+
+/* First value of key, copied to a new buffer *val (qs_free it) of *vlen
+ * bytes.  QS_NOTFOUND when the key has no value (*val is then NULL). */
+int qs_get(qs_casket *c, const void *key, size_t klen,
+           void **val, size_t *vlen);
+
+/* All values of key in insertion order, packed into one new buffer *out
+ * (qs_free it): for each value a 4-byte little-endian length then the
+ * bytes.  *count is the number of values, *outlen the buffer size.
+ * A key with no value gives *count 0 and *out NULL, returning 0. */
+int qs_getdup(qs_casket *c, const void *key, size_t klen,
+              void **out, size_t *outlen, uint64_t *count);
+
+/* Number of values of key (0 when absent), O(log n) whatever the count. */
+int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count);
+
+/* Number of records in the casket, each duplicate counted.  O(1). */
+int qs_records(qs_casket *c, uint64_t *count);
+
+/* Removes the first value of key; QS_NOTFOUND when it has none. */
+int qs_out(qs_casket *c, const void *key, size_t klen);
+
+/* Removes all values of key; *removed (may be NULL) gets how many. */
+int qs_outlist(qs_casket *c, const void *key, size_t klen,
+               uint64_t *removed);
+
+/* Writes every committed change to the main file and syncs it
+ * (a checkpoint).  Fails with QS_TXN while this thread has a transaction. */
+int qs_sync(qs_casket *c);
+
+/* Walks the whole file: every page's checksum, the tree's order and counts,
+ * overflow chains, the free list, and that every page is used exactly once.
+ * Returns 0 when sound, else QS_CORRUPT (or an errno) with a description of
+ * the first damage found in msg (NUL-terminated, truncated to msgcap). */
+int qs_check(qs_casket *c, char *msg, size_t msgcap);
+
+/* Rewrites the casket compactly and gives the free space back to the file
+ * system.  Crash-safe: until it returns the old file stays authoritative.
+ * Fails with QS_TXN inside a transaction, QS_READONLY. */
+int qs_compact(qs_casket *c);
+
+/* Fills *st.  Never fails on an open handle. */
+int qs_stat_get(qs_casket *c, qs_stat *st);
+
+/* Cursors walk keys in order and a key's duplicates in insertion order.
+ * A cursor reads the view of the thread using it (its own transaction's
+ * changes, or the last commit) and stays valid across commits: after a
+ * change it finds its place again by its current key.  A cursor is used by
+ * one thread at a time and must be closed before its casket. */
+int qs_cursor_open(qs_casket *c, qs_cursor **out);
+void qs_cursor_close(qs_cursor *cur);
+
+/* Position on the first / last record.  QS_NOTFOUND when empty. */
+int qs_cursor_first(qs_cursor *cur);
+int qs_cursor_last(qs_cursor *cur);
+
+/* Position on the first record whose key is >= key.  QS_NOTFOUND when
+ * there is none. */
+int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen);
+
+/* Step.  QS_NOTFOUND at the end (the cursor is then unpositioned). */
+int qs_cursor_next(qs_cursor *cur);
+int qs_cursor_prev(qs_cursor *cur);
+
+/* Copies the record under the cursor into new buffers (qs_free both; either
+ * out-pointer pair may be NULL to skip it).  QS_NOTFOUND when unpositioned
+ * or when the record was removed by someone else. */
+int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen,
+                  void **val, size_t *vlen);
+
+/* Reads up to max records from the cursor's position onward (forward, or
+ * backward when reverse is nonzero), leaving the cursor after the last
+ * one read.  Output as qs_getdup, each record a key then a value:
+ * [u32 klen][key][u32 vlen][value]...  *count = 0 at the end. */
+int qs_cursor_read(qs_cursor *cur, size_t max, int reverse,
+                   void **out, size_t *outlen, uint64_t *count);
+
+/* Removes the record under the cursor; the cursor moves to the record
+ * after it (QS_NOTFOUND if there is none, the removal still done). */
+int qs_cursor_out(qs_cursor *cur);
+
+/* Runs the seed-000 workload entirely in C: one transaction of n items,
+ * each putdup(qkey, id_i) and putdup(id_i, id_i), where id_i are the n
+ * strings of idlen bytes at ids + i*idlen.  Used by the benchmark to show
+ * what the Python binding costs. */
+int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen,
+                  const void *ids, size_t idlen, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QSTORE_H */

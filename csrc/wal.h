@@ -1,0 +1,72 @@
+/* wal.h -- the log file NAME-log (wal_ prefix): its header, frame writes,
+ * the recovery scan, growth and reset.  Frames are whole pages whose trailer
+ * (pagefmt.h) says which page, transaction and generation they belong to. */
+#ifndef QS_WAL_H
+#define QS_WAL_H
+#include <stdint.h>
+#include "hmap.h"
+#include "pagefmt.h"
+
+typedef struct wal {
+    int fd;
+    uint64_t salt;          /* generation: frames of older ones are ignored */
+    uint64_t base_txn;      /* transactions <= this are in the main file */
+    uint64_t alloc;         /* bytes of the file known written (zero-filled) */
+    uint64_t syncs;         /* fdatasync calls made */
+} wal;
+
+/* Result of the recovery scan. */
+typedef struct wal_recovery {
+    int found_commit;       /* at least one committed transaction */
+    pg_meta meta;           /* meta of the last committed transaction */
+    uint64_t end;           /* offset after the last committed frame */
+    uint64_t frames;        /* committed frames indexed */
+} wal_recovery;
+
+/* Reads and checks the header.  Returns 0 (fields set), QS_CORRUPT when
+ * the header is torn or foreign (the caller may start a new generation), or
+ * an errno.  Changes nothing on disk. */
+int wal_read_header(wal *w);
+
+/* Starts a new generation: fresh salt, base_txn, header rewritten at 0.
+ * Not synced: frames written later are synced with it.  Returns 0 or errno. */
+int wal_reset(wal *w, uint64_t base_txn);
+
+/* Scans committed frames after the header, putting page -> frame offset into
+ * idx (which must be empty) and the result into *rec.  Stops at the first
+ * frame that is torn, of another generation or out of sequence.  Returns 0,
+ * QS_NOMEM or an errno; on failure idx may hold part of the scan. */
+int wal_recover(wal *w, hm_map *idx, wal_recovery *rec);
+
+/* Stamps the trailer of page (pgno, txn, generation, flags, and for a
+ * commit frame nframes and meta) and its checksum.  Never fails. */
+void wal_stamp(const wal *w, uint8_t *page, uint32_t pgno, uint64_t txn,
+               uint32_t flags, uint32_t nframes, const pg_meta *meta);
+
+/* Makes sure bytes [0, end) of the file exist (zero-filled ahead in chunks so
+ * that later writes overwrite allocated blocks); syncs the growth when
+ * sync_growth.  Returns 0 or errno. */
+int wal_reserve(wal *w, uint64_t end, int sync_growth);
+
+/* Writes n frames (pages[i], stamped) contiguously at offset off.
+ * Returns 0 or errno. */
+int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off);
+
+/* Reads the frame at off into page and checks its checksum and pgno.
+ * Returns 0, QS_CORRUPT, or errno. */
+int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page);
+
+/* fdatasync of the log.  Returns 0 or errno. */
+int wal_sync(wal *w);
+
+/* Shrinks the file to at most keep bytes (never below alloc needs).
+ * Returns 0 or errno. */
+int wal_shrink(wal *w, uint64_t keep);
+
+/* Checks a page image's checksum and page number: 0 or QS_CORRUPT. */
+int page_verify(const uint8_t *page, uint32_t pgno);
+
+/* Sets a page image's checksum (after its trailer fields are filled). */
+void page_seal(uint8_t *page);
+
+#endif
