@@ -288,6 +288,32 @@ static int cmp_cell(bt_ctx *c, const bt_key *pk, const cellv *cv, int with_seq, 
 
 /* Leaf: first index whose record is >= probe.  Interior: first index whose
  * separator is > probe (== ncells: the right child). */
+/* Compares probe with an inline cell without parsing it in full: the hot
+ * loop of every descent.  Returns 0 and sets *r, or 1 when the cell needs
+ * the general path (overflow or damage). */
+static inline int quick_cmp(const uint8_t *pg, uint32_t i, int leaf, const bt_key *pk, int *r)
+{
+    uint32_t off = cell_off(pg, i);
+    const uint8_t *cp = pg + off;
+    uint32_t hdr = leaf ? L_DATA : I_DATA;
+    if (off < H_SIZE || off + hdr > PG_USABLE)
+        return 1;
+    uint32_t klen = rd16(cp + (leaf ? L_KLEN : I_KLEN));
+    if ((rd16(cp + (leaf ? L_FLAGS : I_FLAGS)) & F_OVFL) || off + hdr + klen > PG_USABLE)
+        return 1;
+    uint32_t n = pk->klen < klen ? pk->klen : klen;
+    int v = n ? memcmp(pk->key, cp + hdr, n) : 0;
+    if (v == 0 && pk->klen != klen)
+        v = pk->klen < klen ? -1 : 1;
+    if (v == 0) {
+        uint64_t seq = rd64(cp + (leaf ? L_SEQ : I_SEQ));
+        if (pk->seq != seq)
+            v = pk->seq < seq ? -1 : 1;
+    }
+    *r = v;
+    return 0;
+}
+
 static int node_search(bt_ctx *c, const uint8_t *pg, const bt_key *pk, uint32_t *pos)
 {
     int leaf = pg[H_TYPE] == PT_LEAF;
@@ -295,11 +321,13 @@ static int node_search(bt_ctx *c, const uint8_t *pg, const bt_key *pk, uint32_t 
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
         cellv cv;
-        int r, rc = parse(pg, mid, &cv);
-        if (rc)
-            return rc;
-        if ((rc = cmp_cell(c, pk, &cv, 1, &r)) != 0)
-            return rc;
+        int r, rc;
+        if (quick_cmp(pg, mid, leaf, pk, &r) != 0) {
+            if ((rc = parse(pg, mid, &cv)) != 0)
+                return rc;
+            if ((rc = cmp_cell(c, pk, &cv, 1, &r)) != 0)
+                return rc;
+        }
         if (r > 0 || (!leaf && r == 0))
             lo = mid + 1;
         else

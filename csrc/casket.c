@@ -40,6 +40,8 @@ struct qs_casket {
     uint64_t lsn_written, lsn_synced;
     int syncing;
     uint64_t version;           /* bumped whenever any view changes */
+    atomic_int calls;           /* public calls in progress */
+    atomic_int closed;          /* set by qs_shutdown: new calls refused */
     uint64_t checkpoint_bytes;
 };
 
@@ -56,6 +58,23 @@ struct qs_cursor {
 };
 
 /* ---- small helpers -------------------------------------------------------- */
+
+/* Every public call is counted so qs_shutdown can wait for those running
+ * and refuse new ones. */
+static int enter_call(qs_casket *c)
+{
+    atomic_fetch_add(&c->calls, 1);
+    if (atomic_load(&c->closed)) {
+        atomic_fetch_sub(&c->calls, 1);
+        return 0;
+    }
+    return 1;
+}
+
+static void leave_call(qs_casket *c)
+{
+    atomic_fetch_sub(&c->calls, 1);
+}
 
 static atomic_uint_fast64_t next_tid = 1;
 static _Thread_local uint64_t my_tid_v;
@@ -136,14 +155,19 @@ static int take_flock(int fd, int exclusive, double timeout)
 
 /* ---- the write lock and transactions ---------------------------------------- */
 
-static void writer_enter(qs_casket *c)
+static int writer_enter(qs_casket *c)
 {
     pthread_mutex_lock(&c->wmu);
-    while (c->wbusy)
+    while (c->wbusy && !atomic_load(&c->closed))
         pthread_cond_wait(&c->wcond, &c->wmu);
+    if (c->wbusy) {
+        pthread_mutex_unlock(&c->wmu);
+        return QS_CLOSED;
+    }
     c->wbusy = 1;
     atomic_store(&c->owner, my_tid());
     pthread_mutex_unlock(&c->wmu);
+    return 0;
 }
 
 static void writer_leave(qs_casket *c)
@@ -247,7 +271,7 @@ static int commit_and_leave(qs_casket *c)
     return rc;
 }
 
-int qs_begin(qs_casket *c)
+static int do_begin(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
@@ -255,7 +279,9 @@ int qs_begin(qs_casket *c)
         return QS_READONLY;
     if (i_own(c))
         return QS_TXN;
-    writer_enter(c);
+    int rc = writer_enter(c);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&c->mu);
     pg_begin(&c->pg);
     pthread_mutex_unlock(&c->mu);
@@ -263,7 +289,7 @@ int qs_begin(qs_casket *c)
     return 0;
 }
 
-int qs_commit(qs_casket *c)
+static int do_commit(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
@@ -278,7 +304,7 @@ int qs_commit(qs_casket *c)
     return commit_and_leave(c);
 }
 
-int qs_abort(qs_casket *c)
+static int do_abort(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
@@ -311,8 +337,11 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
     int own = i_own(c);
     if (own && c->txn_error)
         return c->txn_error;
-    if (!own)
-        writer_enter(c);
+    if (!own) {
+        int rc = writer_enter(c);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&c->mu);
     if (!own)
         pg_begin(&c->pg);
@@ -444,21 +473,45 @@ fail:
     return rc;
 }
 
+int qs_shutdown(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (atomic_exchange(&c->closed, 1))
+        return 0;
+    /* Wake writers queued for the write lock: they return QS_CLOSED. */
+    pthread_mutex_lock(&c->wmu);
+    pthread_cond_broadcast(&c->wcond);
+    pthread_mutex_unlock(&c->wmu);
+    while (atomic_load(&c->calls) > 0) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    /* No call is running: a transaction still open, whoever began it,
+     * is abandoned. */
+    pthread_mutex_lock(&c->wmu);
+    int busy = c->wbusy;
+    c->wbusy = 1;
+    pthread_mutex_unlock(&c->wmu);
+    if (busy && c->pg.in_txn)
+        abort_locked(c);
+    int rc = 0;
+    if (!c->readonly)
+        rc = checkpoint_locked(c, PG_SIZE);
+    pg_close(&c->pg);
+    if (c->log_fd >= 0)
+        close(c->log_fd);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = c->log_fd = -1;
+    return rc;
+}
+
 int qs_close(qs_casket *c)
 {
     if (!c)
         return 0;
-    int rc = 0;
-    if (i_own(c)) {
-        abort_locked(c);
-        writer_leave(c);
-    }
-    if (!c->readonly) {
-        writer_enter(c);
-        rc = checkpoint_locked(c, PG_SIZE);
-        writer_leave(c);
-    }
-    pg_close(&c->pg);
+    int rc = qs_shutdown(c);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->smu);
@@ -551,18 +604,127 @@ static int putdup_fn(qs_casket *c, bt_ctx *bt, void *arg)
     return bt_putdup(bt, a->key, (uint32_t)a->klen, a->val, a->vlen, NULL);
 }
 
+/* A batch is applied in key order: putdups of different keys commute and a
+ * stable sort keeps each key's values in their given order, so the result
+ * is the same as applying them one by one -- but the tree is then walked
+ * left to right, touching each leaf once while it is hot in the CPU cache
+ * (and, for batches larger than the cache budget, spilling each page about
+ * once instead of over and over). */
+typedef struct sort_ent {
+    uint64_t prefix;    /* first 8 key bytes, big-endian, zero padded */
+    uint32_t idx;
+} sort_ent;
+
+static int cmp_full(const rec_args *a, const sort_ent *x, const sort_ent *y)
+{
+    size_t xl = a->koff[x->idx + 1] - a->koff[x->idx], yl = a->koff[y->idx + 1] - a->koff[y->idx];
+    size_t n = xl < yl ? xl : yl;
+    int r = n ? memcmp(a->keys + a->koff[x->idx], a->keys + a->koff[y->idx], n) : 0;
+    if (r == 0 && xl != yl)
+        r = xl < yl ? -1 : 1;
+    if (r == 0)
+        r = x->idx < y->idx ? -1 : x->idx > y->idx;
+    return r;
+}
+
+static void merge_sort(const rec_args *a, sort_ent *v, sort_ent *tmp, size_t n)
+{
+    if (n < 2)
+        return;
+    size_t h = n / 2;
+    merge_sort(a, v, tmp, h);
+    merge_sort(a, v + h, tmp, n - h);
+    if (cmp_full(a, &v[h - 1], &v[h]) <= 0)
+        return;
+    memcpy(tmp, v, n * sizeof *v);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        v[k++] = cmp_full(a, &tmp[i], &tmp[j]) <= 0 ? tmp[i++] : tmp[j++];
+    while (i < h)
+        v[k++] = tmp[i++];
+    while (j < n)
+        v[k++] = tmp[j++];
+}
+
+static int sort_batch(const rec_args *a, sort_ent **out)
+{
+    size_t n = a->n;
+    sort_ent *v = malloc(n * sizeof *v), *tmp = malloc(n * sizeof *tmp);
+    size_t *count = calloc(65536, sizeof *count);
+    if (!v || !tmp || !count) {
+        free(v);
+        free(tmp);
+        free(count);
+        return QS_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *k = a->keys + a->koff[i];
+        size_t kl = a->koff[i + 1] - a->koff[i];
+        uint64_t p = 0;
+        for (size_t b = 0; b < 8; b++)
+            p = (p << 8) | (b < kl ? k[b] : 0);
+        v[i].prefix = p;
+        v[i].idx = (uint32_t)i;
+    }
+    /* LSD radix sort on the prefix, 16 bits a pass (stable). */
+    for (int shift = 0; shift < 64; shift += 16) {
+        memset(count, 0, 65536 * sizeof *count);
+        for (size_t i = 0; i < n; i++)
+            count[(v[i].prefix >> shift) & 0xffff]++;
+        if (count[(v[0].prefix >> shift) & 0xffff] == n)
+            continue;
+        size_t sum = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            size_t t = count[d];
+            count[d] = sum;
+            sum += t;
+        }
+        for (size_t i = 0; i < n; i++)
+            tmp[count[(v[i].prefix >> shift) & 0xffff]++] = v[i];
+        sort_ent *sw = v;
+        v = tmp;
+        tmp = sw;
+    }
+    /* Equal prefixes: order by the whole key (runs are usually sorted). */
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && v[j].prefix == v[i].prefix)
+            j++;
+        if (j - i > 1)
+            merge_sort(a, v + i, tmp, j - i);
+        i = j;
+    }
+    free(tmp);
+    free(count);
+    *out = v;
+    return 0;
+}
+
 static int putdup_many_fn(qs_casket *c, bt_ctx *bt, void *arg)
 {
     rec_args *a = arg;
-    for (size_t i = 0; i < a->n; i++) {
-        int rc = bt_putdup(bt, a->keys + a->koff[i], (uint32_t)(a->koff[i + 1] - a->koff[i]),
-                           a->vals + a->voff[i], a->voff[i + 1] - a->voff[i], NULL);
-        if (rc)
-            return rc;
-        if ((i & 1023) == 1023 && (rc = pg_trim(&c->pg, 1)) != 0)
-            return rc;
+    sort_ent *order = NULL;
+    int rc = 0;
+    if (a->n > 1 && (rc = sort_batch(a, &order)) != 0)
+        return rc;
+    for (size_t j = 0; j < a->n && rc == 0; j++) {
+        size_t i = order ? order[j].idx : j;
+        if (order && j + 16 < a->n) {
+            /* Sorted order visits the caller's arrays at random: fetch
+             * ahead, offsets first, then the bytes they point at. */
+            __builtin_prefetch(&a->koff[order[j + 16].idx]);
+            __builtin_prefetch(&a->voff[order[j + 16].idx]);
+            size_t f = order[j + 8].idx;
+            __builtin_prefetch(a->keys + a->koff[f]);
+            __builtin_prefetch(a->vals + a->voff[f]);
+        }
+        rc = bt_putdup(bt, a->keys + a->koff[i], (uint32_t)(a->koff[i + 1] - a->koff[i]),
+                       a->vals + a->voff[i], a->voff[i + 1] - a->voff[i], NULL);
+        if (rc == 0 && (j & 1023) == 1023)
+            rc = pg_trim(&c->pg, 1);
     }
-    return 0;
+    free(order);
+    return rc;
 }
 
 static int out_fn(qs_casket *c, bt_ctx *bt, void *arg)
@@ -577,31 +739,31 @@ static int out_fn(qs_casket *c, bt_ctx *bt, void *arg)
     return eq ? bt_delete(bt, &path) : QS_NOTFOUND;
 }
 
-int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+static int do_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : write_op(c, put_fn, &a);
 }
 
-int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : write_op(c, putkeep_fn, &a);
 }
 
-int qs_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+static int do_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : write_op(c, putdup_fn, &a);
 }
 
-int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
+static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
                    const void *vals, const uint64_t *voff)
 {
-    if (!c || (n && (!koff || !voff)))
+    if (!c || (n && (!koff || !voff)) || n >= UINT32_MAX)
         return QS_INVAL;
     for (size_t i = 0; i < n; i++) {
         if (koff[i + 1] < koff[i] || voff[i + 1] < voff[i])
@@ -616,14 +778,14 @@ int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *kof
     return write_op(c, putdup_many_fn, &a);
 }
 
-int qs_out(qs_casket *c, const void *key, size_t klen)
+static int do_out(qs_casket *c, const void *key, size_t klen)
 {
     int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
     return rc ? rc : write_op(c, out_fn, &a);
 }
 
-int qs_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
+static int do_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
 {
     int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
@@ -659,7 +821,7 @@ static int find_first(bt_ctx *bt, const void *key, size_t klen, bt_path *path)
     return eq ? 0 : QS_NOTFOUND;
 }
 
-int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
+static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
 {
     if (!c || !val || !vlen)
         return QS_INVAL;
@@ -687,7 +849,7 @@ int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
     return 0;
 }
 
-int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
+static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
               uint64_t *count)
 {
     if (!c || !outp || !outlen || !count)
@@ -724,7 +886,7 @@ int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *o
     return 0;
 }
 
-int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
+static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
 {
     if (!c || !count)
         return QS_INVAL;
@@ -745,7 +907,7 @@ int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
     return rc;
 }
 
-int qs_records(qs_casket *c, uint64_t *count)
+static int do_records(qs_casket *c, uint64_t *count)
 {
     if (!c || !count)
         return QS_INVAL;
@@ -758,7 +920,7 @@ int qs_records(qs_casket *c, uint64_t *count)
 
 /* ---- sync, check, compact, stat ------------------------------------------------ */
 
-int qs_sync(qs_casket *c)
+static int do_sync(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
@@ -766,8 +928,10 @@ int qs_sync(qs_casket *c)
         return 0;
     if (i_own(c))
         return QS_TXN;
-    writer_enter(c);
-    int rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+    int rc = writer_enter(c);
+    if (rc)
+        return rc;
+    rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
     writer_leave(c);
     return rc;
 }
@@ -819,7 +983,7 @@ static int check_freelist(pager *p, uint8_t *seen, char *msg, size_t cap)
     return rc;
 }
 
-int qs_check(qs_casket *c, char *msg, size_t msgcap)
+static int do_check(qs_casket *c, char *msg, size_t msgcap)
 {
     char dummy[8];
     if (!c)
@@ -831,8 +995,11 @@ int qs_check(qs_casket *c, char *msg, size_t msgcap)
     msg[0] = 0;
     if (i_own(c))
         return QS_TXN;
-    if (!c->readonly)
-        writer_enter(c);
+    if (!c->readonly) {
+        int wrc = writer_enter(c);
+        if (wrc)
+            return wrc;
+    }
     pthread_mutex_lock(&c->mu);
     pager *p = &c->pg;
     uint8_t *seen = calloc(p->meta.npages ? p->meta.npages : 1, 1);
@@ -890,7 +1057,7 @@ static int copy_records(pager *src, pager *dst)
     return rc;
 }
 
-int qs_compact(qs_casket *c)
+static int do_compact(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
@@ -898,8 +1065,10 @@ int qs_compact(qs_casket *c)
         return QS_READONLY;
     if (i_own(c))
         return QS_TXN;
-    writer_enter(c);
-    int rc = checkpoint_locked(c, PG_SIZE);
+    int rc = writer_enter(c);
+    if (rc)
+        return rc;
+    rc = checkpoint_locked(c, PG_SIZE);
     size_t n = strlen(c->path);
     char *tmp = malloc(n + 16), *tmplog = malloc(n + 32);
     qs_casket *t = NULL;
@@ -930,8 +1099,7 @@ int qs_compact(qs_casket *c)
     }
     if (t->pg.in_txn)
         pg_abort(&t->pg);
-    if (rc == 0) {
-        writer_enter(t);
+    if (rc == 0 && (rc = writer_enter(t)) == 0) {
         rc = checkpoint_locked(t, PG_SIZE);
         writer_leave(t);
     }
@@ -990,7 +1158,7 @@ out:
     return rc;
 }
 
-int qs_stat_get(qs_casket *c, qs_stat *st)
+static int do_stat_get(qs_casket *c, qs_stat *st)
 {
     if (!c || !st)
         return QS_INVAL;
@@ -1024,7 +1192,7 @@ int qs_stat_get(qs_casket *c, qs_stat *st)
 
 /* ---- cursors ------------------------------------------------------------ */
 
-int qs_cursor_open(qs_casket *c, qs_cursor **out)
+static int do_cursor_open(qs_casket *c, qs_cursor **out)
 {
     if (!c || !out)
         return QS_INVAL;
@@ -1089,7 +1257,7 @@ static int cur_refind(qs_cursor *cur, bt_ctx *bt, int *exact)
     return 0;
 }
 
-int qs_cursor_first(qs_cursor *cur)
+static int do_cursor_first(qs_cursor *cur)
 {
     if (!cur)
         return QS_INVAL;
@@ -1100,7 +1268,7 @@ int qs_cursor_first(qs_cursor *cur)
     return rc;
 }
 
-int qs_cursor_last(qs_cursor *cur)
+static int do_cursor_last(qs_cursor *cur)
 {
     if (!cur)
         return QS_INVAL;
@@ -1111,7 +1279,7 @@ int qs_cursor_last(qs_cursor *cur)
     return rc;
 }
 
-int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
+static int do_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
 {
     if (!cur)
         return QS_INVAL;
@@ -1147,7 +1315,7 @@ static int cur_step(qs_cursor *cur, bt_ctx *bt, int reverse)
     return cur_settle(cur, bt, rc);
 }
 
-int qs_cursor_next(qs_cursor *cur)
+static int do_cursor_next(qs_cursor *cur)
 {
     if (!cur)
         return QS_INVAL;
@@ -1158,7 +1326,7 @@ int qs_cursor_next(qs_cursor *cur)
     return rc;
 }
 
-int qs_cursor_prev(qs_cursor *cur)
+static int do_cursor_prev(qs_cursor *cur)
 {
     if (!cur)
         return QS_INVAL;
@@ -1169,7 +1337,7 @@ int qs_cursor_prev(qs_cursor *cur)
     return rc;
 }
 
-int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
+static int do_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
 {
     if (!cur || (key && !klen) || (val && !vlen))
         return QS_INVAL;
@@ -1209,7 +1377,7 @@ int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *
     return 0;
 }
 
-int qs_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
+static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
                    uint64_t *count)
 {
     if (!cur || !outp || !outlen || !count)
@@ -1267,7 +1435,7 @@ static int cursor_out_fn(qs_casket *c, bt_ctx *bt, void *arg)
     return rc ? rc : cur_settle(cur, bt, 0);
 }
 
-int qs_cursor_out(qs_cursor *cur)
+static int do_cursor_out(qs_cursor *cur)
 {
     if (!cur)
         return QS_INVAL;
@@ -1284,25 +1452,328 @@ int qs_cursor_out(qs_cursor *cur)
 
 /* ---- benchmark driver ----------------------------------------------------- */
 
-int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
+static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
                   size_t n)
 {
     if (!c || (!qkey && qklen) || (!ids && n))
         return QS_INVAL;
     int own = i_own(c), rc = 0;
-    if (!own && (rc = qs_begin(c)) != 0)
+    if (!own && (rc = do_begin(c)) != 0)
         return rc;
     const uint8_t *id = ids;
     for (size_t i = 0; i < n && rc == 0; i++, id += idlen) {
-        rc = qs_putdup(c, qkey, qklen, id, idlen);
+        rc = do_putdup(c, qkey, qklen, id, idlen);
         if (rc == 0)
-            rc = qs_putdup(c, id, idlen, id, idlen);
+            rc = do_putdup(c, id, idlen, id, idlen);
     }
     if (own)
         return rc;
     if (rc) {
-        qs_abort(c);
+        do_abort(c);
         return rc;
     }
-    return qs_commit(c);
+    return do_commit(c);
+}
+
+/* ---- public entry points: counted calls ----------------------------------- */
+
+int qs_begin(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_begin(c);
+    leave_call(c);
+    return rc;
+}
+
+int qs_commit(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_commit(c);
+    leave_call(c);
+    return rc;
+}
+
+int qs_abort(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_abort(c);
+    leave_call(c);
+    return rc;
+}
+
+int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_put(c, key, klen, val, vlen);
+    leave_call(c);
+    return rc;
+}
+
+int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_putkeep(c, key, klen, val, vlen);
+    leave_call(c);
+    return rc;
+}
+
+int qs_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_putdup(c, key, klen, val, vlen);
+    leave_call(c);
+    return rc;
+}
+
+int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
+                   const void *vals, const uint64_t *voff)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_putdup_many(c, n, keys, koff, vals, voff);
+    leave_call(c);
+    return rc;
+}
+
+int qs_out(qs_casket *c, const void *key, size_t klen)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_out(c, key, klen);
+    leave_call(c);
+    return rc;
+}
+
+int qs_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_outlist(c, key, klen, removed);
+    leave_call(c);
+    return rc;
+}
+
+int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_get(c, key, klen, val, vlen);
+    leave_call(c);
+    return rc;
+}
+
+int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
+              uint64_t *count)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_getdup(c, key, klen, outp, outlen, count);
+    leave_call(c);
+    return rc;
+}
+
+int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_count(c, key, klen, count);
+    leave_call(c);
+    return rc;
+}
+
+int qs_records(qs_casket *c, uint64_t *count)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_records(c, count);
+    leave_call(c);
+    return rc;
+}
+
+int qs_sync(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_sync(c);
+    leave_call(c);
+    return rc;
+}
+
+int qs_check(qs_casket *c, char *msg, size_t msgcap)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_check(c, msg, msgcap);
+    leave_call(c);
+    return rc;
+}
+
+int qs_compact(qs_casket *c)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_compact(c);
+    leave_call(c);
+    return rc;
+}
+
+int qs_stat_get(qs_casket *c, qs_stat *st)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_stat_get(c, st);
+    leave_call(c);
+    return rc;
+}
+
+int qs_cursor_open(qs_casket *c, qs_cursor **out)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_cursor_open(c, out);
+    leave_call(c);
+    return rc;
+}
+
+int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
+                  size_t n)
+{
+    if (!c)
+        return QS_INVAL;
+    if (!enter_call(c))
+        return QS_CLOSED;
+    int rc = do_bench_seed(c, qkey, qklen, ids, idlen, n);
+    leave_call(c);
+    return rc;
+}
+
+int qs_cursor_first(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_first(cur);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_last(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_last(cur);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_jump(cur, key, klen);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_next(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_next(cur);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_prev(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_prev(cur);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_get(cur, key, klen, val, vlen);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
+                   uint64_t *count)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_read(cur, max, reverse, outp, outlen, count);
+    leave_call(cur->c);
+    return rc;
+}
+
+int qs_cursor_out(qs_cursor *cur)
+{
+    if (!cur)
+        return QS_INVAL;
+    if (!enter_call(cur->c))
+        return QS_CLOSED;
+    int rc = do_cursor_out(cur);
+    leave_call(cur->c);
+    return rc;
 }

@@ -127,9 +127,16 @@ void qs_options_init(qs_options *opts);
  * by the failed call may remain. */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
-/* Closes the handle.  A transaction still open is aborted.  Returns the
- * first error met while checkpointing; the handle is freed in every case,
- * so it must not be used again.  NULL is ignored. */
+/* Closes the casket's files: waits for calls running in other threads to
+ * return, makes calls queued for the write lock and all later calls return
+ * QS_CLOSED, abandons a transaction still open (whichever thread began it)
+ * and checkpoints.  The handle's memory stays valid, so other threads that
+ * still hold it get QS_CLOSED rather than a crash, until qs_close.  A second
+ * call returns 0.  Returns the checkpoint's error, if any. */
+int qs_shutdown(qs_casket *c);
+
+/* qs_shutdown, then frees the handle: it must not be used again.  Returns
+ * qs_shutdown's result.  NULL is ignored. */
 int qs_close(qs_casket *c);
 
 /* Sets sync on (nonzero) or off for later commits.  Never fails. */
