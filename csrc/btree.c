@@ -390,20 +390,29 @@ int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path)
 {
     uint32_t pgno = root_of(c);
     path->depth = 0;
+    path->epoch = 0;
     if (!pgno)
         return QS_NOTFOUND;
     for (int d = 0;; d++) {
         uint8_t *pg;
         uint32_t pos;
-        int rc;
+        int rc, mine = 0;
         if (d >= BT_MAXDEPTH)
             return QS_CORRUPT;
-        if ((rc = load(c, pgno, &pg)) != 0 || (rc = node_search(c, pg, probe, &pos)) != 0)
+        if (c->wview) {
+            if ((rc = pg_get_mine(c->p, pgno, &pg, &mine)) != 0 || (rc = node_ok(pg)) != 0)
+                return rc;
+        } else if ((rc = load(c, pgno, &pg)) != 0)
+            return rc;
+        if ((rc = node_search(c, pg, probe, &pos)) != 0)
             return rc;
         path->pg[d] = pgno;
         path->idx[d] = (int)pos;
+        path->ptr[d] = pg;
+        path->mine[d] = (uint8_t)mine;
         if (pg[H_TYPE] == PT_LEAF) {
             path->depth = d + 1;
+            path->epoch = c->p->epoch;
             return 0;
         }
         pgno = child_at(pg, pos, NULL);
@@ -414,6 +423,7 @@ int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path)
  * (leftmost) or last child below. */
 static int descend(bt_ctx *c, bt_path *path, int d, int rightmost)
 {
+    path->epoch = 0;
     for (;;) {
         uint8_t *pg;
         int rc = load(c, path->pg[d], &pg);
@@ -438,6 +448,7 @@ static int descend(bt_ctx *c, bt_path *path, int d, int rightmost)
 /* Moves to the first record of the next leaf (QS_NOTFOUND: none). */
 static int next_leaf(bt_ctx *c, bt_path *path)
 {
+    path->epoch = 0;
     for (int d = path->depth - 2; d >= 0; d--) {
         uint8_t *pg;
         int rc = load(c, path->pg[d], &pg);
@@ -455,6 +466,7 @@ static int next_leaf(bt_ctx *c, bt_path *path)
 
 static int prev_leaf(bt_ctx *c, bt_path *path)
 {
+    path->epoch = 0;
     for (int d = path->depth - 2; d >= 0; d--) {
         uint8_t *pg;
         int rc = load(c, path->pg[d], &pg);
@@ -516,6 +528,7 @@ int bt_first(bt_ctx *c, bt_path *path)
 {
     uint32_t r = root_of(c);
     path->depth = 0;
+    path->epoch = 0;
     if (!r)
         return QS_NOTFOUND;
     path->pg[0] = r;
@@ -528,6 +541,7 @@ int bt_last(bt_ctx *c, bt_path *path)
 {
     uint32_t r = root_of(c);
     path->depth = 0;
+    path->epoch = 0;
     if (!r)
         return QS_NOTFOUND;
     path->pg[0] = r;
@@ -621,6 +635,22 @@ int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen,
 }
 
 /* ---- page editing --------------------------------------------------------- */
+
+/* Writable image of the page at path level d, reusing the pointer bt_seek
+ * found when it is still current and already the writer's own. */
+static int path_write(bt_ctx *c, bt_path *path, int d, uint8_t **pg)
+{
+    if (path->epoch == c->p->epoch && path->mine[d]) {
+        *pg = path->ptr[d];
+        return 0;
+    }
+    int rc = pg_write(c->p, path->pg[d], pg);
+    if (rc == 0 && path->epoch == c->p->epoch) {
+        path->ptr[d] = *pg;
+        path->mine[d] = 1;
+    }
+    return rc;
+}
 
 static void node_init(uint8_t *pg, int type)
 {
@@ -873,11 +903,11 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
     }
     int leaf = path->depth - 1;
     for (int d = 0; d < leaf; d++) {
-        if ((rc = pg_write(c->p, path->pg[d], &pg)) != 0)
+        if ((rc = path_write(c, path, d, &pg)) != 0)
             return rc;
         add_count(pg, (uint32_t)path->idx[d], 1);
     }
-    if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
+    if ((rc = path_write(c, path, leaf, &pg)) != 0)
         return rc;
     uint32_t at = (uint32_t)path->idx[leaf];
     if (node_put(pg, at, cell, size))
@@ -1055,7 +1085,7 @@ int bt_delete(bt_ctx *c, bt_path *path)
     uint64_t obytes = ovfl_bytes(&cv, 1);
     uint8_t *pg;
     for (int d = 0; d < leaf; d++) {
-        if ((rc = pg_write(c->p, path->pg[d], &pg)) != 0)
+        if ((rc = path_write(c, path, d, &pg)) != 0)
             return rc;
         add_count(pg, (uint32_t)path->idx[d], -1);
     }

@@ -33,6 +33,11 @@ typedef struct bt_path {
     int depth;
     uint32_t pg[BT_MAXDEPTH];
     int idx[BT_MAXDEPTH];
+    /* Set by a writer's bt_seek: the pages' images and whether each is
+     * already the writer's own, valid while epoch == pager.epoch. */
+    uint64_t epoch;
+    uint8_t *ptr[BT_MAXDEPTH];
+    uint8_t mine[BT_MAXDEPTH];
 } bt_path;
 
 /* A growable output buffer for copied records. */

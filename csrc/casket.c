@@ -18,7 +18,7 @@
 
 #define NS_USER 0
 #define DEFAULT_CACHE (256ull << 20)
-#define DEFAULT_CHECKPOINT (16ull << 20)
+#define DEFAULT_CHECKPOINT (4ull << 20)
 #define LOG_SUFFIX "-log"
 
 struct qs_casket {

@@ -217,6 +217,10 @@ int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
             goto fail;
         if ((rc = pg_checkpoint_finish(p, PG_SIZE)) != 0)
             goto fail;
+        /* Zero-fill the first stretch of log now, under the sync that open
+         * pays anyway, so early commits overwrite allocated blocks. */
+        if ((rc = wal_reserve(&p->log, 2 * PG_SIZE, 0)) != 0)
+            goto fail;
         if ((rc = wal_sync(&p->log)) != 0)
             goto fail;
         p->checkpoints = 0;
@@ -323,6 +327,21 @@ int pg_get(pager *p, int wview, uint32_t pgno, uint8_t **out)
         }
     }
     if ((rc = get_committed(p, pgno, &b)) != 0)
+        return rc;
+    *out = b->data;
+    return 0;
+}
+
+int pg_get_mine(pager *p, uint32_t pgno, uint8_t **out, int *mine)
+{
+    pg_buf *b;
+    int rc;
+    if (pgno == 0 || pgno >= p->wmeta.npages)
+        return QS_CORRUPT;
+    if ((rc = get_private(p, pgno, &b)) != 0)
+        return rc;
+    *mine = b != NULL;
+    if (!b && (rc = get_committed(p, pgno, &b)) != 0)
         return rc;
     *out = b->data;
     return 0;
@@ -537,6 +556,7 @@ out:
 
 int pg_trim(pager *p, int is_writer)
 {
+    p->epoch++;
     size_t low = p->budget - p->budget / 8;
     if (p->cache.len + p->dirty.len <= p->budget)
         return 0;

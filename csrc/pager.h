@@ -47,6 +47,8 @@ typedef struct pager {
     pg_buf *spare;
     size_t nspare;
     uint64_t commits, checkpoints, spilled;
+    uint64_t epoch;             /* bumped by pg_trim: page pointers handed
+                                   out before it may be stale */
 } pager;
 
 /* Opens the pager over an open main file fd and log fd (log_fd -1: no log,
@@ -71,6 +73,10 @@ static inline pg_meta *pg_meta_of(pager *p, int wview)
  * valid until pg_trim.  Returns 0, QS_CORRUPT (out of range, bad checksum),
  * QS_NOMEM or errno. */
 int pg_get(pager *p, int wview, uint32_t pgno, uint8_t **out);
+
+/* pg_get in the writer's view that also says whether *out is already the
+ * writer's private (writable) image. */
+int pg_get_mine(pager *p, uint32_t pgno, uint8_t **out, int *mine);
 
 /* Writable copy of page pgno in the writer's view (in a transaction).
  * Same returns as pg_get. */

@@ -87,7 +87,7 @@ typedef struct qs_options {
                                transaction's dirty pages); 0 = default
                                (256 MiB).  A larger transaction spills. */
     uint64_t checkpoint_bytes; /* log size that triggers a checkpoint;
-                               0 = default (16 MiB) */
+                               0 = default (4 MiB) */
 } qs_options;
 
 typedef struct qs_stat {
