@@ -1393,7 +1393,9 @@ static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, 
     int exact;
     read_enter(cur->c, &bt);
     int rc = cur_refind(cur, &bt, &exact);
-    if (rc == 0 && !exact && reverse)
+    if (rc == QS_NOTFOUND && reverse)
+        rc = bt_last(&bt, &cur->path);  /* nothing at or after our key */
+    else if (rc == 0 && !exact && reverse)
         rc = bt_prev(&bt, &cur->path);
     while (rc == 0 && n < max) {
         if ((rc = bt_read(&bt, &cur->path, &out, &out, 1, NULL)) != 0)
@@ -1401,8 +1403,11 @@ static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, 
         n++;
         rc = reverse ? bt_prev(&bt, &cur->path) : bt_next(&bt, &cur->path);
     }
-    if (rc == 0 || rc == QS_NOTFOUND)
-        rc = cur_settle(cur, &bt, rc) == QS_NOTFOUND ? 0 : 0;
+    if (rc == 0 || rc == QS_NOTFOUND) {
+        rc = cur_settle(cur, &bt, rc);
+        if (rc == QS_NOTFOUND)
+            rc = 0;  /* ran off the end: the cursor is unpositioned */
+    }
     read_leave(cur->c, &bt);
     if (rc) {
         free(out.data);

@@ -149,9 +149,11 @@ int qs_begin(qs_casket *c);
 
 /* Commits this thread's transaction.  With sync on, returns once the
  * transaction is durable (one log fdatasync, shared with concurrent
- * committers).  Fails with QS_TXN when this thread has no transaction.  On
- * an I/O error the transaction is aborted (its changes are gone) and the
- * error is returned. */
+ * committers).  Fails with QS_TXN when this thread has no transaction.  An
+ * error while writing the log aborts the transaction (its changes are gone)
+ * and is returned.  An error from the sync itself is returned after the
+ * transaction became visible: it then may or may not survive a crash.  In
+ * every case the transaction is over when qs_commit returns. */
 int qs_commit(qs_casket *c);
 
 /* Abandons this thread's transaction: the casket is exactly as before
