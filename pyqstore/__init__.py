@@ -1,0 +1,60 @@
+"""pyqstore: an embedded, crash-safe, transactional B+tree store with
+duplicate keys.
+
+    >>> import pyqstore
+    >>> with pyqstore.open("data.qs") as c:
+    ...     c.putdup(b"fruit", b"apple")
+    ...     c.putdup(b"fruit", b"pear")
+    ...     c.getdup(b"fruit")
+    [b'apple', b'pear']
+
+The engine is written in C (csrc/) and reached through cffi; calls into it
+release the GIL.  See :func:`open` and :class:`Casket`.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ._casket import BytesLike, Casket, open
+from .errors import (
+    ClosedError,
+    CorruptError,
+    Error,
+    FileExists,
+    FileNotFound,
+    FullError,
+    InvalidArgumentError,
+    IOError,  # noqa: F401 - public, but kept out of __all__
+    KeyExistsError,
+    LockedError,
+    NoMemoryError,
+    NotFoundError,
+    PermissionDenied,
+    ReadOnlyError,
+    TooBigError,
+    TransactionError,
+)
+
+# IOError is reachable as pyqstore.IOError but left out of __all__ so that
+# "from pyqstore import *" does not shadow the built-in name.
+__all__ = [
+    "__version__",
+    "open",
+    "Casket",
+    "BytesLike",
+    "Error",
+    "CorruptError",
+    "LockedError",
+    "ReadOnlyError",
+    "TransactionError",
+    "ClosedError",
+    "NotFoundError",
+    "KeyExistsError",
+    "TooBigError",
+    "InvalidArgumentError",
+    "NoMemoryError",
+    "FullError",
+    "FileNotFound",
+    "PermissionDenied",
+    "FileExists",
+]
