@@ -302,6 +302,20 @@ static inline int quick_cmp(const uint8_t *pg, uint32_t i, int leaf, const bt_ke
     if ((rd16(cp + (leaf ? L_FLAGS : I_FLAGS)) & F_OVFL) || off + hdr + klen > PG_USABLE)
         return 1;
     uint32_t n = pk->klen < klen ? pk->klen : klen;
+    if (n >= 8) {
+        /* Most keys differ in their first 8 bytes: one word compare. */
+        uint64_t a, b;
+        memcpy(&a, pk->key, 8);
+        memcpy(&b, cp + hdr, 8);
+        if (a != b) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            a = __builtin_bswap64(a);
+            b = __builtin_bswap64(b);
+#endif
+            *r = a < b ? -1 : 1;
+            return 0;
+        }
+    }
     int v = n ? memcmp(pk->key, cp + hdr, n) : 0;
     if (v == 0 && pk->klen != klen)
         v = pk->klen < klen ? -1 : 1;
@@ -950,7 +964,18 @@ int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, siz
         return rc;
     uint64_t seq = 0;
     int same_leaf = 0;
-    if (rc == 0) {
+    int leaf = path.depth - 1;
+    if (rc == 0 && path.idx[leaf] > 0) {
+        /* The record before the insertion point is on the same leaf. */
+        cellv cv;
+        int r;
+        if ((rc = parse_leaf(path.ptr[leaf], (uint32_t)path.idx[leaf] - 1, &cv)) != 0 ||
+            (rc = cmp_cell(c, &pk, &cv, 0, &r)) != 0)
+            return rc;
+        if (r == 0)
+            seq = cv.seq + 1;
+        same_leaf = 1;
+    } else if (rc == 0) {
         prev = path;
         rc = bt_prev(c, &prev);
         if (rc == 0) {
