@@ -42,6 +42,8 @@ struct qs_casket {
     uint64_t version;           /* bumped whenever any view changes */
     atomic_int calls;           /* public calls in progress */
     atomic_int closed;          /* set by qs_shutdown: new calls refused */
+    int fatal;                  /* the log could not be restarted: no commit
+                                   may be written until a retry succeeds */
     uint64_t checkpoint_bytes;
 };
 
@@ -225,6 +227,8 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
     pthread_mutex_lock(&c->mu);
     uint64_t old_end = c->pg.log_end;
     rc = pg_checkpoint_finish(&c->pg, keep);
+    if (rc)
+        c->fatal = rc;
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&c->smu);
     /* Everything logged so far is now in the synced main file. */
@@ -234,6 +238,18 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
         c->lsn_synced = c->lsn_written;
     pthread_cond_broadcast(&c->scond);
     pthread_mutex_unlock(&c->smu);
+    return rc;
+}
+
+/* Retries starting a new log generation after that failed (the write lock
+ * held): until it succeeds no commit may be written. */
+static int heal(qs_casket *c)
+{
+    if (!c->fatal)
+        return 0;
+    int rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+    if (rc == 0)
+        c->fatal = 0;
     return rc;
 }
 
@@ -260,13 +276,14 @@ static int commit_and_leave(qs_casket *c)
     if (lsn > c->lsn_written)
         c->lsn_written = lsn;
     pthread_mutex_unlock(&c->smu);
-    if (wrote && c->pg.log_end > c->checkpoint_bytes) {
-        rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
-        writer_leave(c);
-        return rc;
-    }
+    /* A checkpoint that fails leaves the log as it was (it is retried at
+     * the next commit); this commit then gets its durability from the log
+     * sync as usual. */
+    int synced = 0;
+    if (wrote && c->pg.log_end > c->checkpoint_bytes)
+        synced = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20)) == 0;
     writer_leave(c);
-    if (wrote && sync)
+    if (wrote && sync && !synced)
         rc = group_sync(c, lsn);
     return rc;
 }
@@ -282,6 +299,10 @@ static int do_begin(qs_casket *c)
     int rc = writer_enter(c);
     if (rc)
         return rc;
+    if ((rc = heal(c)) != 0) {
+        writer_leave(c);
+        return rc;
+    }
     pthread_mutex_lock(&c->mu);
     pg_begin(&c->pg);
     pthread_mutex_unlock(&c->mu);
@@ -341,6 +362,10 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
         int rc = writer_enter(c);
         if (rc)
             return rc;
+        if ((rc = heal(c)) != 0) {
+            writer_leave(c);
+            return rc;
+        }
     }
     pthread_mutex_lock(&c->mu);
     if (!own)

@@ -747,14 +747,16 @@ out:
 
 int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
 {
+    /* The main file holds everything now, whatever happens to the log. */
+    int rc = wal_reset(&p->log, p->meta.txn);
     hm_clear(&p->logidx);
     if (p->main_pages < p->meta.npages)
         p->main_pages = p->meta.npages;
-    int rc = wal_reset(&p->log, p->meta.txn);
+    p->log_end = PG_SIZE;
     if (rc)
         return rc;
-    p->log_end = PG_SIZE;
     if (keep_log_bytes < PG_SIZE)
         keep_log_bytes = PG_SIZE;
-    return wal_shrink(&p->log, keep_log_bytes);
+    wal_shrink(&p->log, keep_log_bytes);  /* failing leaves a longer log: harmless */
+    return 0;
 }

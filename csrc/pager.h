@@ -113,7 +113,9 @@ void pg_abort(pager *p);
 int pg_checkpoint_copy(pager *p);
 
 /* After pg_checkpoint_copy (operation mutex held): forgets the log index and
- * starts a new log generation.  Returns 0 or errno. */
+ * starts a new log generation.  Returns 0 or errno; on error the log header
+ * may be torn, so no further commit may be written through this pager (the
+ * committed state is safe in the main file). */
 int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes);
 
 /* Reads page pgno straight from disk (log or main file) without caching:
