@@ -44,6 +44,8 @@ struct qs_casket {
     atomic_int closed;          /* set by qs_shutdown: new calls refused */
     int fatal;                  /* the log could not be restarted: no commit
                                    may be written until a retry succeeds */
+    int defunct;                /* compaction renamed the file but could not
+                                   reopen it: writes refused until reopened */
     uint64_t checkpoint_bytes;
 };
 
@@ -245,6 +247,8 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
  * held): until it succeeds no commit may be written. */
 static int heal(qs_casket *c)
 {
+    if (c->defunct)
+        return c->defunct;
     if (!c->fatal)
         return 0;
     int rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
@@ -956,7 +960,8 @@ static int do_sync(qs_casket *c)
     int rc = writer_enter(c);
     if (rc)
         return rc;
-    rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+    if ((rc = heal(c)) == 0)
+        rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
     writer_leave(c);
     return rc;
 }
@@ -1093,16 +1098,19 @@ static int do_compact(qs_casket *c)
     int rc = writer_enter(c);
     if (rc)
         return rc;
-    rc = checkpoint_locked(c, PG_SIZE);
     size_t n = strlen(c->path);
     char *tmp = malloc(n + 16), *tmplog = malloc(n + 32);
     qs_casket *t = NULL;
-    if (!tmp || !tmplog)
-        rc = rc ? rc : QS_NOMEM;
-    if (rc)
-        goto out;
+    if (!tmp || !tmplog) {
+        free(tmp);
+        free(tmplog);
+        writer_leave(c);
+        return QS_NOMEM;
+    }
     snprintf(tmp, n + 16, "%s-compact", c->path);
     snprintf(tmplog, n + 32, "%s-compact%s", c->path, LOG_SUFFIX);
+    if ((rc = heal(c)) != 0 || (rc = checkpoint_locked(c, PG_SIZE)) != 0)
+        goto out;
     qs_options o;
     qs_options_init(&o);
     o.mode = QS_OPEN_NEW;
@@ -1160,8 +1168,12 @@ static int do_compact(qs_casket *c)
         c->pg = fresh;
         c->fd = newfd;
         c->version++;
-    } else
+    } else {
+        /* Our pager still points at the replaced file: writing there would
+         * be lost, so refuse writes; reads see the last commit. */
         close(newfd);
+        c->defunct = rc;
+    }
     pthread_mutex_unlock(&c->mu);
 out:
     if (t) {
