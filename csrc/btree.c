@@ -609,7 +609,8 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
         uint8_t *d = kout->data + kout->len;
         if (with_len)
             wr32(d, cv.klen);
-        memcpy(d + hdr, cv.key, cv.kin);
+        if (cv.kin)
+            memcpy(d + hdr, cv.key, cv.kin);
         if (cv.kin < cv.klen && (rc = ovfl_read(c, cv.ovfl, 0, cv.klen - cv.kin, d + hdr + cv.kin)) != 0)
             return rc;
         kout->len += hdr + cv.klen;
@@ -622,7 +623,7 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
             wr32(d, cv.vlen);
         if (cv.ovfl)
             rc = ovfl_read(c, cv.ovfl, cv.klen - cv.kin, cv.vlen, d + hdr);
-        else
+        else if (cv.vlen)
             memcpy(d + hdr, cv.val, cv.vlen);
         if (rc)
             return rc;
@@ -742,7 +743,8 @@ static int make_int_cell(bt_ctx *c, uint32_t child, uint64_t count, const uint8_
     wr64(cell + I_SEQ, seq);
     if (I_DATA + klen <= MAX_LOCAL) {
         wr16(cell + I_FLAGS, 0);
-        memcpy(cell + I_DATA, key, klen);
+        if (klen)
+            memcpy(cell + I_DATA, key, klen);
         *size = I_DATA + klen;
         return 0;
     }
@@ -765,7 +767,8 @@ static int make_leaf_cell(bt_ctx *c, const bt_key *k, const uint8_t *val, size_t
     wr64(cell + L_SEQ, k->seq);
     if (L_DATA + k->klen + vlen <= MAX_LOCAL) {
         wr16(cell + L_FLAGS, 0);
-        memcpy(cell + L_DATA, k->key, k->klen);
+        if (k->klen)
+            memcpy(cell + L_DATA, k->key, k->klen);
         if (vlen)
             memcpy(cell + L_DATA + k->klen, val, vlen);
         *size = L_DATA + k->klen + (uint32_t)vlen;
@@ -777,7 +780,8 @@ static int make_leaf_cell(bt_ctx *c, const bt_key *k, const uint8_t *val, size_t
         return rc;
     wr16(cell + L_FLAGS, F_OVFL);
     wr32(cell + L_DATA, first);
-    memcpy(cell + L_DATA + 4, k->key, kin);
+    if (kin)
+        memcpy(cell + L_DATA + 4, k->key, kin);
     *size = L_DATA + 4 + kin;
     return 0;
 }
@@ -957,51 +961,20 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
 int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, size_t vlen,
               uint64_t *seq_out)
 {
-    bt_key pk = {key, klen, UINT64_MAX};
-    bt_path path, prev;
+    /* Sequence numbers come from one counter for the whole file, so the new
+     * record sorts after every value the key has and no (key, seq) is ever
+     * used twice. */
+    pg_meta *m = &c->p->wmeta;
+    bt_key pk = {key, klen, m->next_seq};
+    bt_path path;
     int rc = bt_seek(c, &pk, &path);
     if (rc && rc != QS_NOTFOUND)
         return rc;
-    uint64_t seq = 0;
-    int same_leaf = 0;
-    int leaf = path.depth - 1;
-    if (rc == 0 && path.idx[leaf] > 0) {
-        /* The record before the insertion point is on the same leaf. */
-        cellv cv;
-        int r;
-        if ((rc = parse_leaf(path.ptr[leaf], (uint32_t)path.idx[leaf] - 1, &cv)) != 0 ||
-            (rc = cmp_cell(c, &pk, &cv, 0, &r)) != 0)
-            return rc;
-        if (r == 0)
-            seq = cv.seq + 1;
-        same_leaf = 1;
-    } else if (rc == 0) {
-        prev = path;
-        rc = bt_prev(c, &prev);
-        if (rc == 0) {
-            cellv cv;
-            int r;
-            if ((rc = cell_at(c, &prev, &cv)) != 0)
-                return rc;
-            if ((rc = cmp_cell(c, &pk, &cv, 0, &r)) != 0)
-                return rc;
-            if (r == 0)
-                seq = cv.seq + 1;
-            same_leaf = prev.pg[prev.depth - 1] == path.pg[path.depth - 1];
-        } else if (rc != QS_NOTFOUND)
-            return rc;
-    }
-    pk.seq = seq;
-    if (!same_leaf && path.depth > 0) {
-        /* The new record may belong in an earlier leaf than (key, max). */
-        rc = bt_seek(c, &pk, &path);
-        if (rc)
-            return rc;
-    }
     if ((rc = bt_insert(c, &path, &pk, val, vlen)) != 0)
         return rc;
+    m->next_seq++;
     if (seq_out)
-        *seq_out = seq;
+        *seq_out = pk.seq;
     return 0;
 }
 

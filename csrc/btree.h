@@ -72,8 +72,8 @@ int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen,
 /* Inserts record (k, val) at path, which must come from bt_seek(k). */
 int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen);
 
-/* Appends a value to key: seq is one more than the key's last, or 0.
- * *seq_out (may be NULL) gets it. */
+/* Appends a value to key, with the file's next sequence number (so after
+ * every value the key has).  *seq_out (may be NULL) gets it. */
 int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val,
               size_t vlen, uint64_t *seq_out);
 

@@ -46,6 +46,11 @@ struct qs_casket {
                                    may be written until a retry succeeds */
     int defunct;                /* compaction renamed the file but could not
                                    reopen it: writes refused until reopened */
+    /* putdups of the open transaction not yet applied to the tree: they are
+     * applied in key order, in batches (see flush_pending) */
+    bt_buf pend_keys, pend_vals;
+    uint64_t *pend_koff, *pend_voff;
+    size_t pend_n, pend_cap;
     uint64_t checkpoint_bytes;
 };
 
@@ -185,8 +190,17 @@ static void writer_leave(qs_casket *c)
     pthread_mutex_unlock(&c->wmu);
 }
 
+static int flush_pending(qs_casket *c);
+
+static void drop_pending(qs_casket *c)
+{
+    c->pend_n = 0;
+    c->pend_keys.len = c->pend_vals.len = 0;
+}
+
 static void abort_locked(qs_casket *c)
 {
+    drop_pending(c);
     pthread_mutex_lock(&c->mu);
     pg_abort(&c->pg);
     c->version++;
@@ -201,7 +215,8 @@ static int group_sync(qs_casket *c, uint64_t lsn)
     while (c->lsn_synced < lsn) {
         if (!c->syncing) {
             c->syncing = 1;
-            uint64_t target = c->lsn_written;
+            /* Everything written so far, and at least what we wait for. */
+            uint64_t target = c->lsn_written > lsn ? c->lsn_written : lsn;
             pthread_mutex_unlock(&c->smu);
             rc = wal_sync(&c->pg.log);
             pthread_mutex_lock(&c->smu);
@@ -222,7 +237,11 @@ static int group_sync(qs_casket *c, uint64_t lsn)
 static int checkpoint_locked(qs_casket *c, uint64_t keep)
 {
     int rc = 0;
-    if (c->pg.logidx.len)
+    /* Write-ahead rule: the main file may only receive pages whose log
+     * frames are durable, or a power cut halfway through the copy could
+     * leave newer pages in it than the log can replay to.  Holds with sync
+     * off too: there commits may be lost, but never the file's sanity. */
+    if (c->pg.logidx.len && (rc = group_sync(c, c->lsn_base + c->pg.log_end)) == 0)
         rc = pg_checkpoint_copy(&c->pg);
     if (rc)
         return rc;
@@ -320,6 +339,7 @@ static int do_commit(qs_casket *c)
         return QS_INVAL;
     if (!i_own(c) || !c->explicit_txn)
         return QS_TXN;
+    flush_pending(c);  /* a failure is recorded in txn_error */
     if (c->txn_error) {
         int rc = c->txn_error;
         abort_locked(c);
@@ -355,7 +375,7 @@ void qs_set_sync(qs_casket *c, int on)
  * transaction of its own. */
 typedef int (*write_fn)(qs_casket *c, bt_ctx *bt, void *arg);
 
-static int write_op(qs_casket *c, write_fn fn, void *arg)
+static int write_core(qs_casket *c, write_fn fn, void *arg)
 {
     if (c->readonly)
         return QS_READONLY;
@@ -394,10 +414,24 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
     return rc;
 }
 
+static int write_op(qs_casket *c, write_fn fn, void *arg)
+{
+    if (i_own(c) && c->pend_n) {
+        int rc = flush_pending(c);
+        if (rc)
+            return rc;
+    }
+    return write_core(c, fn, arg);
+}
+
 /* ---- open and close ------------------------------------------------------- */
 
 static void casket_free(qs_casket *c)
 {
+    free(c->pend_keys.data);
+    free(c->pend_vals.data);
+    free(c->pend_koff);
+    free(c->pend_voff);
     if (c->log_fd >= 0)
         close(c->log_fd);
     if (c->fd >= 0)
@@ -596,12 +630,7 @@ static int outlist_fn(qs_casket *c, bt_ctx *bt, void *arg)
 
 static int insert_first(bt_ctx *bt, rec_args *a)
 {
-    bt_key pk = {a->key, (uint32_t)a->klen, 0};
-    bt_path path;
-    int rc = bt_seek(bt, &pk, &path);
-    if (rc && rc != QS_NOTFOUND)
-        return rc;
-    return bt_insert(bt, &path, &pk, a->val, a->vlen);
+    return bt_putdup(bt, a->key, (uint32_t)a->klen, a->val, a->vlen, NULL);
 }
 
 static int put_fn(qs_casket *c, bt_ctx *bt, void *arg)
@@ -782,11 +811,66 @@ static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *va
     return rc ? rc : write_op(c, putkeep_fn, &a);
 }
 
+#define PEND_MAX_RECORDS (256u << 10)
+#define PEND_MAX_BYTES (32u << 20)
+
+/* Applies the buffered putdups of the caller's transaction, in key order. */
+static int flush_pending(qs_casket *c)
+{
+    if (c->pend_n == 0)
+        return 0;
+    rec_args a = {.n = c->pend_n, .keys = c->pend_keys.data, .vals = c->pend_vals.data,
+                  .koff = c->pend_koff, .voff = c->pend_voff};
+    int rc = write_core(c, putdup_many_fn, &a);
+    drop_pending(c);
+    return rc;
+}
+
+/* Buffers a putdup of the caller's own transaction.  Nothing reads the
+ * tree in that view without flushing first, so the deferral cannot be
+ * observed; it lets a long run of putdups walk the tree in key order. */
+static int pend_add(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if (c->pend_n + 2 > c->pend_cap) {
+        size_t ncap = c->pend_cap ? c->pend_cap * 2 : 1024;
+        uint64_t *k = realloc(c->pend_koff, ncap * sizeof *k);
+        if (!k)
+            return QS_NOMEM;
+        c->pend_koff = k;
+        uint64_t *v = realloc(c->pend_voff, ncap * sizeof *v);
+        if (!v)
+            return QS_NOMEM;
+        c->pend_voff = v;
+        c->pend_cap = ncap;
+    }
+    if (bt_buf_reserve(&c->pend_keys, klen + 1) || bt_buf_reserve(&c->pend_vals, vlen + 1))
+        return QS_NOMEM;
+    if (c->pend_n == 0)
+        c->pend_koff[0] = c->pend_voff[0] = 0;
+    memcpy(c->pend_keys.data + c->pend_keys.len, key, klen);
+    memcpy(c->pend_vals.data + c->pend_vals.len, val, vlen);
+    c->pend_keys.len += klen;
+    c->pend_vals.len += vlen;
+    c->pend_n++;
+    c->pend_koff[c->pend_n] = c->pend_keys.len;
+    c->pend_voff[c->pend_n] = c->pend_vals.len;
+    if (c->pend_n >= PEND_MAX_RECORDS || c->pend_keys.len + c->pend_vals.len >= PEND_MAX_BYTES)
+        return flush_pending(c);
+    return 0;
+}
+
 static int do_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    if (rc)
+        return rc;
+    if (!c->readonly && i_own(c) && c->explicit_txn) {
+        if (c->txn_error)
+            return c->txn_error;
+        return pend_add(c, key, klen, val, vlen);
+    }
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return rc ? rc : write_op(c, putdup_fn, &a);
+    return write_op(c, putdup_fn, &a);
 }
 
 static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
@@ -831,9 +915,21 @@ static int read_enter(qs_casket *c, bt_ctx *bt)
     bt->p = &c->pg;
     bt->wview = i_own(c);
     bt->ns = NS_USER;
+    if (bt->wview && c->pend_n) {
+        int rc = flush_pending(c);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&c->mu);
     return 0;
 }
+
+#define READ_ENTER(c, bt)                                                                 \
+    do {                                                                                  \
+        int enter_rc_ = read_enter((c), (bt));                                            \
+        if (enter_rc_)                                                                    \
+            return enter_rc_;                                                             \
+    } while (0)
 
 static void read_leave(qs_casket *c, bt_ctx *bt)
 {
@@ -862,7 +958,7 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
     bt_ctx bt;
     bt_path path;
     bt_buf out = {0};
-    read_enter(c, &bt);
+    READ_ENTER(c, &bt);
     rc = find_first(&bt, key, klen, &path);
     if (rc == 0)
         rc = bt_read(&bt, &path, NULL, &out, 0, NULL);
@@ -893,7 +989,7 @@ static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, si
     bt_path path;
     bt_buf out = {0};
     uint64_t n = 0;
-    read_enter(c, &bt);
+    READ_ENTER(c, &bt);
     rc = find_first(&bt, key, klen, &path);
     while (rc == 0) {
         int eq;
@@ -926,7 +1022,7 @@ static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
     bt_ctx bt;
     uint64_t lo, hi;
     bt_key a = {key, (uint32_t)klen, 0}, b = {key, (uint32_t)klen, UINT64_MAX};
-    read_enter(c, &bt);
+    READ_ENTER(c, &bt);
     rc = bt_rank(&bt, &a, &lo);
     if (rc == 0)
         rc = bt_rank(&bt, &b, &hi);
@@ -941,7 +1037,7 @@ static int do_records(qs_casket *c, uint64_t *count)
     if (!c || !count)
         return QS_INVAL;
     bt_ctx bt;
-    read_enter(c, &bt);
+    READ_ENTER(c, &bt);
     int rc = bt_total(&bt, count);
     read_leave(c, &bt);
     return rc;
@@ -1122,6 +1218,7 @@ static int do_compact(qs_casket *c)
     t->pg.next_txn = c->pg.next_txn;
     pg_begin(&t->pg);
     t->pg.wmeta.next_id = c->pg.meta.next_id;
+    t->pg.wmeta.next_seq = c->pg.meta.next_seq;
     rc = copy_records(&c->pg, &t->pg);
     pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
@@ -1163,6 +1260,11 @@ static int do_compact(qs_casket *c)
     rc = pg_open(&fresh, newfd, c->log_fd, 0, 0, c->pg.budget, c->checkpoint_bytes);
     if (rc == 0) {
         fresh.next_txn = c->pg.next_txn > fresh.next_txn ? c->pg.next_txn : fresh.next_txn;
+        /* "since open" statistics go on counting */
+        fresh.commits = c->pg.commits;
+        fresh.checkpoints = c->pg.checkpoints;
+        fresh.spilled = c->pg.spilled;
+        fresh.log.syncs = c->pg.log.syncs;
         pg_close(&c->pg);
         close(c->fd);
         c->pg = fresh;
@@ -1201,7 +1303,7 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
         return QS_INVAL;
     memset(st, 0, sizeof *st);
     bt_ctx bt;
-    read_enter(c, &bt);
+    READ_ENTER(c, &bt);
     pg_meta *m = pg_meta_of(&c->pg, bt.wview);
     st->page_size = PG_SIZE;
     st->format_version = QS_FORMAT_VERSION;
@@ -1299,7 +1401,7 @@ static int do_cursor_first(qs_cursor *cur)
     if (!cur)
         return QS_INVAL;
     bt_ctx bt;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_first(&bt, &cur->path));
     read_leave(cur->c, &bt);
     return rc;
@@ -1310,7 +1412,7 @@ static int do_cursor_last(qs_cursor *cur)
     if (!cur)
         return QS_INVAL;
     bt_ctx bt;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_last(&bt, &cur->path));
     read_leave(cur->c, &bt);
     return rc;
@@ -1325,7 +1427,7 @@ static int do_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
         return rc;
     bt_ctx bt;
     bt_key pk = {key, (uint32_t)klen, 0};
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     rc = cur_settle(cur, &bt, bt_seek_ge(&bt, &pk, &cur->path));
     read_leave(cur->c, &bt);
     return rc;
@@ -1357,7 +1459,7 @@ static int do_cursor_next(qs_cursor *cur)
     if (!cur)
         return QS_INVAL;
     bt_ctx bt;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 0);
     read_leave(cur->c, &bt);
     return rc;
@@ -1368,7 +1470,7 @@ static int do_cursor_prev(qs_cursor *cur)
     if (!cur)
         return QS_INVAL;
     bt_ctx bt;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 1);
     read_leave(cur->c, &bt);
     return rc;
@@ -1387,7 +1489,7 @@ static int do_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, s
     bt_ctx bt;
     bt_buf k = {0}, v = {0};
     int exact;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_refind(cur, &bt, &exact);
     if (rc == 0 && !exact)
         rc = QS_NOTFOUND;
@@ -1428,7 +1530,7 @@ static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, 
     bt_buf out = {0};
     uint64_t n = 0;
     int exact;
-    read_enter(cur->c, &bt);
+    READ_ENTER(cur->c, &bt);
     int rc = cur_refind(cur, &bt, &exact);
     if (rc == QS_NOTFOUND && reverse)
         rc = bt_last(&bt, &cur->path);  /* nothing at or after our key */

@@ -38,8 +38,11 @@ typedef struct pg_meta {
     uint32_t root[PG_NAMESPACES];    /* tree roots, 0 = empty tree */
     uint64_t next_id;                /* next queue item id */
     uint64_t txn;                    /* last committed transaction number */
+    uint64_t next_seq;               /* next duplicate sequence number: never
+                                        reused, so (key, seq) names one record
+                                        for the life of the file */
 } pg_meta;
-#define META_BYTES 36u
+#define META_BYTES 44u
 
 static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -57,6 +60,7 @@ static inline void meta_store(uint8_t *p, const pg_meta *m)
     wr32(p + 16, m->root[1]);
     wr64(p + 20, m->next_id);
     wr64(p + 28, m->txn);
+    wr64(p + 36, m->next_seq);
 }
 
 static inline void meta_load(const uint8_t *p, pg_meta *m)
@@ -68,6 +72,7 @@ static inline void meta_load(const uint8_t *p, pg_meta *m)
     m->root[1] = rd32(p + 16);
     m->next_id = rd64(p + 20);
     m->txn = rd64(p + 28);
+    m->next_seq = rd64(p + 36);
 }
 
 #endif

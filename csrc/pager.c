@@ -213,7 +213,10 @@ int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
     if (!readonly) {
         /* Fold whatever the log holds into the main file and start a fresh
          * generation, so no frame of an older life can ever be replayed. */
-        if (p->logidx.len && (rc = pg_checkpoint_copy(p)) != 0)
+        /* The recovered frames may still sit only in the page cache (the
+         * writer was killed, the machine was not): make them durable before
+         * the main file takes their pages. */
+        if (p->logidx.len && ((rc = wal_sync(&p->log)) != 0 || (rc = pg_checkpoint_copy(p)) != 0))
             goto fail;
         if ((rc = pg_checkpoint_finish(p, PG_SIZE)) != 0)
             goto fail;
@@ -730,6 +733,13 @@ int pg_checkpoint_copy(pager *p)
             goto out;
         if ((rc = pwrite_page(p->fd, page, list[i].pgno * PG_SIZE)) != 0)
             goto out;
+    }
+    /* Page 0 names the newest transaction the main file holds, and recovery
+     * ignores log frames up to it: so it may only say so once the pages it
+     * vouches for are durable.  Hence two syncs. */
+    if (n && fdatasync(p->fd) != 0) {
+        rc = errno;
+        goto out;
     }
     build_header(p, page, &p->meta);
     if ((rc = pwrite_page(p->fd, page, 0)) != 0)

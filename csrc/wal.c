@@ -250,11 +250,8 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth)
         off += n;
     }
     free(z);
-    if (rc == 0 && sync_growth) {
-        if (fdatasync(w->fd) != 0)
-            rc = errno;
-        w->syncs++;
-    }
+    if (rc == 0 && sync_growth && fdatasync(w->fd) != 0)
+        rc = errno;
     if (rc == 0)
         w->alloc = target;
     return rc;

@@ -12,7 +12,8 @@ typedef struct wal {
     uint64_t salt;          /* generation: frames of older ones are ignored */
     uint64_t base_txn;      /* transactions <= this are in the main file */
     uint64_t alloc;         /* bytes of the file known written (zero-filled) */
-    uint64_t syncs;         /* fdatasync calls made */
+    uint64_t syncs;         /* commit syncs (wal_sync) made; one thread at a
+                               time calls wal_sync, so no lock is needed */
 } wal;
 
 /* Result of the recovery scan. */
