@@ -3,6 +3,7 @@
  * pages beyond the budget are written to the log as uncommitted frames
  * ("spilled") and read back if touched again. */
 #include "pager.h"
+#include "osdep.h"
 #include "qstore.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -146,7 +147,7 @@ int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
         build_header(p, page, &p->meta);
         if ((rc = pwrite_page(fd, page, 0)) != 0)
             goto fail;
-        if (fdatasync(fd) != 0) {
+        if (os_datasync(fd) != 0) {
             rc = errno;
             goto fail;
         }
@@ -737,14 +738,14 @@ int pg_checkpoint_copy(pager *p)
     /* Page 0 names the newest transaction the main file holds, and recovery
      * ignores log frames up to it: so it may only say so once the pages it
      * vouches for are durable.  Hence two syncs. */
-    if (n && fdatasync(p->fd) != 0) {
+    if (n && os_datasync(p->fd) != 0) {
         rc = errno;
         goto out;
     }
     build_header(p, page, &p->meta);
     if ((rc = pwrite_page(p->fd, page, 0)) != 0)
         goto out;
-    if (fdatasync(p->fd) != 0) {
+    if (os_datasync(p->fd) != 0) {
         rc = errno;
         goto out;
     }

@@ -2,6 +2,7 @@
  * writes are page aligned and a frame can never share a block with
  * another. */
 #include "wal.h"
+#include "osdep.h"
 #include "checksum.h"
 #include "qstore.h"
 #include <errno.h>
@@ -250,7 +251,7 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth)
         off += n;
     }
     free(z);
-    if (rc == 0 && sync_growth && fdatasync(w->fd) != 0)
+    if (rc == 0 && sync_growth && os_datasync(w->fd) != 0)
         rc = errno;
     if (rc == 0)
         w->alloc = target;
@@ -300,7 +301,7 @@ int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page)
 int wal_sync(wal *w)
 {
     w->syncs++;
-    if (fdatasync(w->fd) != 0)
+    if (os_datasync(w->fd) != 0)
         return errno;
     return 0;
 }
