@@ -1621,303 +1621,44 @@ static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const voi
 
 /* ---- public entry points: counted calls ----------------------------------- */
 
-int qs_begin(qs_casket *c)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_begin(c);
-    leave_call(c);
-    return rc;
-}
+/* Each public function checks its handle, counts itself in (so qs_shutdown
+ * can wait for it and refuse it after) and calls its do_ implementation. */
+#define COUNTED(name, params, handle, casket, impl, args)                               \
+    int name params                                                                     \
+    {                                                                                   \
+        if (!(handle))                                                                  \
+            return QS_INVAL;                                                            \
+        if (!enter_call(casket))                                                        \
+            return QS_CLOSED;                                                           \
+        int rc = impl args;                                                             \
+        leave_call(casket);                                                             \
+        return rc;                                                                      \
+    }
 
-int qs_commit(qs_casket *c)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_commit(c);
-    leave_call(c);
-    return rc;
-}
-
-int qs_abort(qs_casket *c)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_abort(c);
-    leave_call(c);
-    return rc;
-}
-
-int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_put(c, key, klen, val, vlen);
-    leave_call(c);
-    return rc;
-}
-
-int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_putkeep(c, key, klen, val, vlen);
-    leave_call(c);
-    return rc;
-}
-
-int qs_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_putdup(c, key, klen, val, vlen);
-    leave_call(c);
-    return rc;
-}
-
-int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
-                   const void *vals, const uint64_t *voff)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_putdup_many(c, n, keys, koff, vals, voff);
-    leave_call(c);
-    return rc;
-}
-
-int qs_out(qs_casket *c, const void *key, size_t klen)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_out(c, key, klen);
-    leave_call(c);
-    return rc;
-}
-
-int qs_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_outlist(c, key, klen, removed);
-    leave_call(c);
-    return rc;
-}
-
-int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_get(c, key, klen, val, vlen);
-    leave_call(c);
-    return rc;
-}
-
-int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
-              uint64_t *count)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_getdup(c, key, klen, outp, outlen, count);
-    leave_call(c);
-    return rc;
-}
-
-int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_count(c, key, klen, count);
-    leave_call(c);
-    return rc;
-}
-
-int qs_records(qs_casket *c, uint64_t *count)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_records(c, count);
-    leave_call(c);
-    return rc;
-}
-
-int qs_sync(qs_casket *c)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_sync(c);
-    leave_call(c);
-    return rc;
-}
-
-int qs_check(qs_casket *c, char *msg, size_t msgcap)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_check(c, msg, msgcap);
-    leave_call(c);
-    return rc;
-}
-
-int qs_compact(qs_casket *c)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_compact(c);
-    leave_call(c);
-    return rc;
-}
-
-int qs_stat_get(qs_casket *c, qs_stat *st)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_stat_get(c, st);
-    leave_call(c);
-    return rc;
-}
-
-int qs_cursor_open(qs_casket *c, qs_cursor **out)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_cursor_open(c, out);
-    leave_call(c);
-    return rc;
-}
-
-int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
-                  size_t n)
-{
-    if (!c)
-        return QS_INVAL;
-    if (!enter_call(c))
-        return QS_CLOSED;
-    int rc = do_bench_seed(c, qkey, qklen, ids, idlen, n);
-    leave_call(c);
-    return rc;
-}
-
-int qs_cursor_first(qs_cursor *cur)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_first(cur);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_last(qs_cursor *cur)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_last(cur);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_jump(cur, key, klen);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_next(qs_cursor *cur)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_next(cur);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_prev(qs_cursor *cur)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_prev(cur);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_get(cur, key, klen, val, vlen);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
-                   uint64_t *count)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_read(cur, max, reverse, outp, outlen, count);
-    leave_call(cur->c);
-    return rc;
-}
-
-int qs_cursor_out(qs_cursor *cur)
-{
-    if (!cur)
-        return QS_INVAL;
-    if (!enter_call(cur->c))
-        return QS_CLOSED;
-    int rc = do_cursor_out(cur);
-    leave_call(cur->c);
-    return rc;
-}
+COUNTED(qs_begin, (qs_casket *c), c, c, do_begin, (c))
+COUNTED(qs_commit, (qs_casket *c), c, c, do_commit, (c))
+COUNTED(qs_abort, (qs_casket *c), c, c, do_abort, (c))
+COUNTED(qs_put, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_put, (c, key, klen, val, vlen))
+COUNTED(qs_putkeep, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_putkeep, (c, key, klen, val, vlen))
+COUNTED(qs_putdup, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_putdup, (c, key, klen, val, vlen))
+COUNTED(qs_putdup_many, (qs_casket *c, size_t n, const void *keys, const uint64_t *koff, const void *vals, const uint64_t *voff), c, c, do_putdup_many, (c, n, keys, koff, vals, voff))
+COUNTED(qs_out, (qs_casket *c, const void *key, size_t klen), c, c, do_out, (c, key, klen))
+COUNTED(qs_outlist, (qs_casket *c, const void *key, size_t klen, uint64_t *removed), c, c, do_outlist, (c, key, klen, removed))
+COUNTED(qs_get, (qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen), c, c, do_get, (c, key, klen, val, vlen))
+COUNTED(qs_getdup, (qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen, uint64_t *count), c, c, do_getdup, (c, key, klen, outp, outlen, count))
+COUNTED(qs_count, (qs_casket *c, const void *key, size_t klen, uint64_t *count), c, c, do_count, (c, key, klen, count))
+COUNTED(qs_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count))
+COUNTED(qs_sync, (qs_casket *c), c, c, do_sync, (c))
+COUNTED(qs_check, (qs_casket *c, char *msg, size_t msgcap), c, c, do_check, (c, msg, msgcap))
+COUNTED(qs_compact, (qs_casket *c), c, c, do_compact, (c))
+COUNTED(qs_stat_get, (qs_casket *c, qs_stat *st), c, c, do_stat_get, (c, st))
+COUNTED(qs_cursor_open, (qs_casket *c, qs_cursor **out), c, c, do_cursor_open, (c, out))
+COUNTED(qs_bench_seed, (qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen, size_t n), c, c, do_bench_seed, (c, qkey, qklen, ids, idlen, n))
+COUNTED(qs_cursor_first, (qs_cursor *cur), cur, cur->c, do_cursor_first, (cur))
+COUNTED(qs_cursor_last, (qs_cursor *cur), cur, cur->c, do_cursor_last, (cur))
+COUNTED(qs_cursor_jump, (qs_cursor *cur, const void *key, size_t klen), cur, cur->c, do_cursor_jump, (cur, key, klen))
+COUNTED(qs_cursor_next, (qs_cursor *cur), cur, cur->c, do_cursor_next, (cur))
+COUNTED(qs_cursor_prev, (qs_cursor *cur), cur, cur->c, do_cursor_prev, (cur))
+COUNTED(qs_cursor_get, (qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen), cur, cur->c, do_cursor_get, (cur, key, klen, val, vlen))
+COUNTED(qs_cursor_read, (qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen, uint64_t *count), cur, cur->c, do_cursor_read, (cur, max, reverse, outp, outlen, count))
+COUNTED(qs_cursor_out, (qs_cursor *cur), cur, cur->c, do_cursor_out, (cur))
