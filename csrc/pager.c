@@ -104,9 +104,8 @@ int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
     return read_committed(p, pgno, page);
 }
 
-static int build_header(pager *p, uint8_t *page, const pg_meta *m)
+static void build_header(uint8_t *page, const pg_meta *m)
 {
-    (void)p;
     memset(page, 0, PG_SIZE);
     memcpy(page, MAIN_MAGIC, 8);
     wr32(page + HDR_VERSION, QS_FORMAT_VERSION);
@@ -114,7 +113,6 @@ static int build_header(pager *p, uint8_t *page, const pg_meta *m)
     wr32(page + TR_PGNO, 0);
     meta_store(page + TR_META, m);
     page_seal(page);
-    return 0;
 }
 
 static int main_size_pages(pager *p, uint64_t *pages)
@@ -144,7 +142,7 @@ int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
     if (create) {
         memset(&p->meta, 0, sizeof p->meta);
         p->meta.npages = 1;
-        build_header(p, page, &p->meta);
+        build_header(page, &p->meta);
         if ((rc = pwrite_page(fd, page, 0)) != 0)
             goto fail;
         if (os_datasync(fd) != 0) {
@@ -742,7 +740,7 @@ int pg_checkpoint_copy(pager *p)
         rc = errno;
         goto out;
     }
-    build_header(p, page, &p->meta);
+    build_header(page, &p->meta);
     if ((rc = pwrite_page(p->fd, page, 0)) != 0)
         goto out;
     if (os_datasync(p->fd) != 0) {

@@ -245,6 +245,18 @@ class Casket:
             raise error_for(rc, op, self.path)
         return rc
 
+    def _key_count(self, fn: Callable[..., int], key: BytesLike, op: str) -> int:
+        """fn(handle, key, klen, uint64_t *) for the per-key counting calls;
+        0 when the key has no value."""
+        k, kl = _arg(key, "key")
+        out = ffi.new("uint64_t *")
+        rc = fn(self._c, k, kl, out)
+        if rc:
+            if rc == _NOTFOUND:
+                return 0
+            raise self._error(rc, op)
+        return int(out[0])
+
     def _error(self, rc: int, op: str) -> Error:
         return error_for(rc, op, self.path)
 
@@ -384,14 +396,7 @@ class Casket:
 
     def outlist(self, key: BytesLike) -> int:
         """Remove every value of ``key``; returns how many were removed."""
-        k, kl = _arg(key, "key")
-        removed = ffi.new("uint64_t *")
-        rc = lib.qs_outlist(self._c, k, kl, removed)
-        if rc:
-            if rc == _NOTFOUND:
-                return 0
-            raise self._error(rc, "outlist")
-        return int(removed[0])
+        return self._key_count(lib.qs_outlist, key, "outlist")
 
     def __delitem__(self, key: BytesLike) -> None:
         """Remove every value of ``key``; KeyError when it has none."""
@@ -440,14 +445,7 @@ class Casket:
 
     def count(self, key: BytesLike) -> int:
         """Number of values of ``key`` (0 when absent)."""
-        k, kl = _arg(key, "key")
-        pcount = ffi.new("uint64_t *")
-        rc = lib.qs_count(self._c, k, kl, pcount)
-        if rc:
-            if rc == _NOTFOUND:
-                return 0
-            raise self._error(rc, "count")
-        return int(pcount[0])
+        return self._key_count(lib.qs_count, key, "count")
 
     def __contains__(self, key: object) -> bool:
         """True when ``key`` has at least one value."""
