@@ -902,7 +902,8 @@ static int insert_in_parent(bt_ctx *c, bt_path *path, int lvl, uint32_t left, ui
                             node_count(np), up, upsize);
 }
 
-int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen)
+static int insert_impl(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen,
+                       int *kept)
 {
     uint8_t cell[MAX_CELL];
     uint32_t size;
@@ -928,8 +929,11 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
     if ((rc = path_write(c, path, leaf, &pg)) != 0)
         return rc;
     uint32_t at = (uint32_t)path->idx[leaf];
-    if (node_put(pg, at, cell, size))
+    if (node_put(pg, at, cell, size)) {
+        path->idx[leaf] = (int)at + 1;
+        *kept = 1;
         return 0;
+    }
     static _Thread_local cellset s;
     gather(pg, at, cell, size, &s);
     uint32_t m = split_point(&s, at);
@@ -956,6 +960,19 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
         return rc;
     return insert_in_parent(c, path, leaf - 1, path->pg[leaf], ncells(pg), newpg, ncells(np),
                             sep, sepsize);
+}
+
+int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen)
+{
+    int kept = 0;
+    return insert_impl(c, path, k, val, vlen, &kept);
+}
+
+int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen,
+                   int *kept)
+{
+    *kept = 0;
+    return insert_impl(c, path, k, val, vlen, kept);
 }
 
 int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, size_t vlen,
@@ -1073,7 +1090,7 @@ static int collapse_root(bt_ctx *c)
     }
 }
 
-int bt_delete(bt_ctx *c, bt_path *path)
+static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
 {
     int leaf = path->depth - 1, rc;
     cellv cv;
@@ -1094,6 +1111,15 @@ int bt_delete(bt_ctx *c, bt_path *path)
         return rc;
     if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
         return rc;
+    if (ncells(pg) > (uint32_t)path->idx[leaf] && (leaf == 0 || node_used(pg) >= CAPACITY / 4)) {
+        /* The next record moved into the removed one's slot of this leaf. */
+        if (path->epoch == c->p->epoch) {
+            path->ptr[leaf] = pg;
+            path->mine[leaf] = 1;
+        }
+        *kept = 1;
+        return 0;
+    }
     if (ncells(pg) == 0) {
         if ((rc = pg_free(c->p, path->pg[leaf])) != 0)
             return rc;
@@ -1105,6 +1131,18 @@ int bt_delete(bt_ctx *c, bt_path *path)
     } else if (leaf > 0 && node_used(pg) < CAPACITY / 4)
         rc = maybe_merge(c, path);
     return rc ? rc : collapse_root(c);
+}
+
+int bt_delete(bt_ctx *c, bt_path *path)
+{
+    int kept = 0;
+    return delete_impl(c, path, &kept);
+}
+
+int bt_delete_next(bt_ctx *c, bt_path *path, int *kept)
+{
+    *kept = 0;
+    return delete_impl(c, path, kept);
 }
 
 int bt_rank(bt_ctx *c, const bt_key *probe, uint64_t *rank)

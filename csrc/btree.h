@@ -72,6 +72,13 @@ int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen,
 /* Inserts record (k, val) at path, which must come from bt_seek(k). */
 int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen);
 
+/* bt_insert that, when the leaf had room (*kept = 1), leaves path just past
+ * the new record: a following insert of a key that sorts after k and
+ * before the record after it may reuse path without seeking.  *kept = 0:
+ * path is no longer valid. */
+int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen,
+                   int *kept);
+
 /* Appends a value to key, with the file's next sequence number (so after
  * every value the key has).  *seq_out (may be NULL) gets it. */
 int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val,
@@ -79,6 +86,11 @@ int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val,
 
 /* Removes the record at path (path is not valid afterwards). */
 int bt_delete(bt_ctx *c, bt_path *path);
+
+/* bt_delete that, when the leaf kept the removed record's successor and
+ * needed no merge (*kept = 1), leaves path on that successor.  *kept = 0:
+ * path is no longer valid (seek again). */
+int bt_delete_next(bt_ctx *c, bt_path *path, int *kept);
 
 /* Number of records < probe. */
 int bt_rank(bt_ctx *c, const bt_key *probe, uint64_t *rank);

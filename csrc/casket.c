@@ -1,8 +1,7 @@
 /* casket.c -- the public API (qstore.h): files and locks, the write lock and
  * transactions, group commit, cursors, check and compact. */
-#include "qstore.h"
-#include "btree.h"
-#include "pager.h"
+#include "casket.h"
+#include "queue.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -16,61 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NS_USER 0
 #define DEFAULT_CACHE (256ull << 20)
 #define DEFAULT_CHECKPOINT (4ull << 20)
 #define LOG_SUFFIX "-log"
-
-struct qs_casket {
-    char *path;
-    int fd, log_fd;
-    int readonly;
-    atomic_int sync;
-    pager pg;
-    pthread_mutex_t mu;         /* one operation on the pager at a time */
-    pthread_mutex_t wmu;        /* the write lock ... */
-    pthread_cond_t wcond;
-    int wbusy;
-    atomic_uint_fast64_t owner; /* ... and the thread id holding it */
-    int explicit_txn;
-    int txn_error;              /* a failure that spoiled the transaction */
-    pthread_mutex_t smu;        /* group commit */
-    pthread_cond_t scond;
-    uint64_t lsn_base;          /* log sequence of offset 0 of this generation */
-    uint64_t lsn_written, lsn_synced;
-    int syncing;
-    uint64_t version;           /* bumped whenever any view changes */
-    atomic_int calls;           /* public calls in progress */
-    atomic_int closed;          /* set by qs_shutdown: new calls refused */
-    int fatal;                  /* the log could not be restarted: no commit
-                                   may be written until a retry succeeds */
-    int defunct;                /* compaction renamed the file but could not
-                                   reopen it: writes refused until reopened */
-    /* putdups of the open transaction not yet applied to the tree: they are
-     * applied in key order, in batches (see flush_pending) */
-    bt_buf pend_keys, pend_vals;
-    uint64_t *pend_koff, *pend_voff;
-    size_t pend_n, pend_cap;
-    uint64_t checkpoint_bytes;
-};
-
-struct qs_cursor {
-    qs_casket *c;
-    bt_path path;
-    uint64_t version;
-    int wview;
-    int positioned;
-    int on_record;              /* path is at the remembered record itself,
-                                   not at the one after it (it was removed) */
-    bt_buf key;                 /* the current record's key and seq */
-    uint64_t seq;
-};
 
 /* ---- small helpers -------------------------------------------------------- */
 
 /* Every public call is counted so qs_shutdown can wait for those running
  * and refuse new ones. */
-static int enter_call(qs_casket *c)
+int cs_enter_call(qs_casket *c)
 {
     atomic_fetch_add(&c->calls, 1);
     if (atomic_load(&c->closed)) {
@@ -80,7 +33,7 @@ static int enter_call(qs_casket *c)
     return 1;
 }
 
-static void leave_call(qs_casket *c)
+void cs_leave_call(qs_casket *c)
 {
     atomic_fetch_sub(&c->calls, 1);
 }
@@ -117,6 +70,7 @@ const char *qs_strerror(int rc)
     case QS_TOOBIG: return "key or value too long";
     case QS_CLOSED: return "casket is closed";
     case QS_FULL: return "casket is full (2^32 pages)";
+    case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     default:
         if (rc > 0)
             return strerror(rc);
@@ -134,7 +88,7 @@ void qs_options_init(qs_options *o)
     o->lock_timeout = 5.0;
 }
 
-static double now_s(void)
+double cs_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -143,14 +97,14 @@ static double now_s(void)
 
 static int take_flock(int fd, int exclusive, double timeout)
 {
-    double deadline = now_s() + timeout;
+    double deadline = cs_now() + timeout;
     long sleep_ns = 1000000;
     for (;;) {
         if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0)
             return 0;
         if (errno != EWOULDBLOCK && errno != EINTR)
             return errno;
-        double left = deadline - now_s();
+        double left = deadline - cs_now();
         if (left <= 0)
             return QS_LOCKED;
         struct timespec ts = {0, sleep_ns};
@@ -203,6 +157,7 @@ static void abort_locked(qs_casket *c)
     drop_pending(c);
     pthread_mutex_lock(&c->mu);
     pg_abort(&c->pg);
+    qq_txn_end(c, 0);
     c->version++;
     pthread_mutex_unlock(&c->mu);
 }
@@ -292,6 +247,7 @@ static int commit_and_leave(qs_casket *c)
         pg_publish(&c->pg);
     else
         pg_abort(&c->pg);
+    qq_txn_end(c, 1);
     c->version++;
     pthread_mutex_unlock(&c->mu);
     uint64_t lsn = c->lsn_base + c->pg.log_end;
@@ -373,7 +329,7 @@ void qs_set_sync(qs_casket *c, int on)
 
 /* Runs fn in the writer's view: inside this thread's transaction, or as a
  * transaction of its own. */
-typedef int (*write_fn)(qs_casket *c, bt_ctx *bt, void *arg);
+typedef cs_write_fn write_fn;
 
 static int write_core(qs_casket *c, write_fn fn, void *arg)
 {
@@ -428,6 +384,7 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
 
 static void casket_free(qs_casket *c)
 {
+    qq_free(c);
     free(c->pend_keys.data);
     free(c->pend_vals.data);
     free(c->pend_koff);
@@ -542,10 +499,14 @@ int qs_shutdown(qs_casket *c)
         return QS_INVAL;
     if (atomic_exchange(&c->closed, 1))
         return 0;
-    /* Wake writers queued for the write lock: they return QS_CLOSED. */
+    /* Wake writers queued for the write lock and blocked queue readers:
+     * they return QS_CLOSED. */
     pthread_mutex_lock(&c->wmu);
     pthread_cond_broadcast(&c->wcond);
     pthread_mutex_unlock(&c->wmu);
+    pthread_mutex_lock(&c->mu);
+    qq_wake_all(c);
+    pthread_mutex_unlock(&c->mu);
     while (atomic_load(&c->calls) > 0) {
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
@@ -936,6 +897,21 @@ static void read_leave(qs_casket *c, bt_ctx *bt)
     pg_trim(&c->pg, bt->wview);
     pthread_mutex_unlock(&c->mu);
 }
+
+int cs_write(qs_casket *c, cs_write_fn fn, void *arg) { return write_op(c, fn, arg); }
+
+int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
+{
+    int rc = read_enter(c, bt);
+    bt->ns = ns;
+    return rc;
+}
+
+void cs_read_leave(qs_casket *c, bt_ctx *bt) { read_leave(c, bt); }
+
+int cs_owns(qs_casket *c) { return i_own(c); }
+
+int cs_in_txn(qs_casket *c) { return i_own(c) && c->explicit_txn; }
 
 static int find_first(bt_ctx *bt, const void *key, size_t klen, bt_path *path)
 {
@@ -1620,20 +1596,6 @@ static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const voi
 }
 
 /* ---- public entry points: counted calls ----------------------------------- */
-
-/* Each public function checks its handle, counts itself in (so qs_shutdown
- * can wait for it and refuse it after) and calls its do_ implementation. */
-#define COUNTED(name, params, handle, casket, impl, args)                               \
-    int name params                                                                     \
-    {                                                                                   \
-        if (!(handle))                                                                  \
-            return QS_INVAL;                                                            \
-        if (!enter_call(casket))                                                        \
-            return QS_CLOSED;                                                           \
-        int rc = impl args;                                                             \
-        leave_call(casket);                                                             \
-        return rc;                                                                      \
-    }
 
 COUNTED(qs_begin, (qs_casket *c), c, c, do_begin, (c))
 COUNTED(qs_commit, (qs_casket *c), c, c, do_commit, (c))

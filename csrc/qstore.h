@@ -57,11 +57,15 @@ enum {
                                than QS_MAX_VALUE */
     QS_CLOSED = -32012,     /* the handle was closed */
     QS_FULL = -32013,       /* the file would exceed 2^32 pages */
-    QS_LAST_ERRCODE = -32013
+    QS_NOTRESERVED = -32014, /* qs_queue_ack/release: the item is not
+                               reserved under this token (acknowledged,
+                               released, or its lease expired) */
+    QS_LAST_ERRCODE = -32014
 };
 
 enum {
     QS_MAX_KEY = 16384,             /* bytes */
+    QS_MAX_QUEUE_NAME = 4096,       /* bytes */
     QS_MAX_VALUE = 1073741824,      /* 1 GiB */
     QS_PAGE_SIZE = 4096,
     QS_FORMAT_VERSION = 1
@@ -271,6 +275,117 @@ int qs_cursor_read(qs_cursor *cur, size_t max, int reverse,
 /* Removes the record under the cursor; the cursor moves to the record
  * after it (QS_NOTFOUND if there is none, the removal still done). */
 int qs_cursor_out(qs_cursor *cur);
+
+/* ---- queues ----------------------------------------------------------------
+ *
+ * Named FIFO queues of byte-string payloads, kept in the casket beside (not
+ * among) the user records: qs_records, cursors and the record functions never
+ * see them.  A queue is named by 1..QS_MAX_QUEUE_NAME bytes and exists while
+ * it holds an item.  Every item has a 64-bit id, unique in the casket and
+ * increasing in the order items were added; a queue hands its items out in
+ * id order.
+ *
+ * Queue operations are transactional like record writes: inside the calling
+ * thread's transaction they are part of it (an abort puts consumed items
+ * back at the front and drops added ones); outside one each call commits on
+ * its own.  Operations that consume (get, reserve, ack, clear) take the
+ * write lock, so they wait for another thread's transaction to end.
+ *
+ * Reservations (at-least-once delivery): qs_queue_reserve hands out an item
+ * without removing it and hides it from every other consumer until it is
+ * acknowledged (removed), released, its lease runs out, or this handle is
+ * closed.  Reservations live in this handle's memory only: after a crash
+ * and reopen every unacknowledged item is back, at the front, in order.
+ *
+ * Times are seconds: timeout < 0 waits without limit, 0 does not wait.
+ * Inside a transaction nothing waits (waiting would hold the write lock).
+ */
+
+/* Items handed out by the queue functions, in one allocation owned by the
+ * caller: release it with qs_items_free. */
+typedef struct qs_items {
+    size_t count;               /* number of items */
+    uint64_t *ids;              /* count item ids (qs_queue_list: each
+                                   queue's length, as qs_queue_len) */
+    uint64_t *off;              /* count + 1 offsets into data: item i is
+                                   data[off[i] .. off[i+1]) */
+    uint8_t *data;              /* payloads (qs_queue_list: names) */
+    uint64_t token;             /* qs_queue_reserve: the reservation */
+} qs_items;
+
+/* Releases items.  NULL is ignored. */
+void qs_items_free(qs_items *items);
+
+/* Appends one item to queue name; *id (may be NULL) gets its id.
+ * QS_INVAL: empty or too long name, NULL with nonzero length; QS_TOOBIG:
+ * payload over QS_MAX_VALUE - 1 bytes; QS_READONLY. */
+int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
+                 const void *val, size_t vlen, uint64_t *id);
+
+/* Appends n items in one call and one transaction (or as part of the
+ * caller's): item i is vals[voff[i] .. voff[i+1]).  Their ids are
+ * *first_id, *first_id + 1, ... (first_id may be NULL).  Checks every item
+ * before changing anything. */
+int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
+                      const void *vals, const uint64_t *voff, uint64_t *first_id);
+
+/* Fan-out: stores the payload once and appends a reference to it, under one
+ * id, to each of nnames queues (name i is names[noff[i] .. noff[i+1])).  The
+ * payload's storage is freed when the last queue has consumed its reference.
+ * QS_INVAL: no names, a bad name, or a name given twice. */
+int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
+                     const void *val, size_t vlen, uint64_t *id);
+
+/* Removes and returns up to max (>= 1) items from the front of the queue,
+ * skipping reserved ones.  Waits up to timeout for at least one item when
+ * the queue is empty (woken by a commit that adds to it, a release, or a
+ * lease running out).  QS_NOTFOUND: still empty at the timeout (*out is
+ * then NULL); QS_CLOSED when the casket is closed while waiting. */
+int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
+                 double timeout, qs_items **out);
+
+/* Returns copies of up to max items from the front without removing them
+ * (reserved ones skipped), in the caller's view.  QS_NOTFOUND when the queue
+ * has none. */
+int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
+                  qs_items **out);
+
+/* Reserves the first available item (waiting as qs_queue_get) and returns
+ * it with its reservation token in (*out)->token.  lease > 0: the
+ * reservation ends by itself after lease seconds; 0: it lasts until ack,
+ * release or close.  A reservation made inside a transaction is undone if
+ * the transaction aborts. */
+int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout,
+                     double lease, qs_items **out);
+
+/* Acknowledges a reserved item: removes it from the queue (as part of the
+ * caller's transaction, if any; an abort leaves it reserved).
+ * QS_NOTRESERVED: no reservation of id under token. */
+int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token);
+
+/* Ends a reservation without consuming: the item is available again, at
+ * its place at the front.  Takes effect at once, transaction or not.
+ * QS_NOTRESERVED as qs_queue_ack (also for an item acknowledged in the
+ * open transaction). */
+int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                     uint64_t token);
+
+/* *len = items available to get in the caller's view (reserved ones not
+ * counted).  O(1) once the queue has been used through this handle. */
+int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len);
+
+/* Removes every available (unreserved) item; *removed (may be NULL) gets
+ * how many. */
+int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed);
+
+/* Lists the queues holding at least one item, in name order: name i is
+ * data[off[i] .. off[i+1]) and ids[i] its length as qs_queue_len.
+ * *out has count 0 when there are none. */
+int qs_queue_list(qs_casket *c, qs_items **out);
+
+/* Records in the queue namespace (items, shared payloads and their counts):
+ * for statistics and tests. */
+int qs_queue_records(qs_casket *c, uint64_t *count);
 
 /* Runs the seed-000 workload entirely in C: one transaction of n items,
  * each putdup(qkey, id_i) and putdup(id_i, id_i), where id_i are the n

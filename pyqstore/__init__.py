@@ -16,9 +16,11 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from ._casket import BytesLike, Casket, open
+from ._queue import Item, Queue
 from .errors import (
     ClosedError,
     CorruptError,
+    Empty,
     Error,
     FileExists,
     FileNotFound,
@@ -29,6 +31,7 @@ from .errors import (
     LockedError,
     NoMemoryError,
     NotFoundError,
+    NotReservedError,
     PermissionDenied,
     ReadOnlyError,
     TooBigError,
@@ -42,7 +45,11 @@ __all__ = [
     "open",
     "Casket",
     "BytesLike",
+    "Queue",
+    "Item",
     "Error",
+    "Empty",
+    "NotReservedError",
     "CorruptError",
     "LockedError",
     "ReadOnlyError",

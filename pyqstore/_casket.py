@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
+from ._queue import Queue, list_queues, publish
 
 __all__ = ["Casket", "open", "BytesLike"]
 
@@ -650,6 +651,31 @@ class Casket:
                 pass
             raise
         self.commit()
+
+    # ------------------------------------------------------------------ queues
+
+    def queue(self, name: str, codec: Any = None) -> "Queue":
+        """The queue called name (it exists once it holds an item).  codec:
+        None (payloads are bytes-like, str as UTF-8; items come back as
+        bytes), "pickle", "json", "msgpack", or an object with
+        ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``."""
+        if self._closing:
+            raise self._closed_error()
+        return Queue(self, name, codec)
+
+    def queues(self) -> list[str]:
+        """Names of the queues holding at least one item, in name order."""
+        return [name for name, _ in list_queues(self)]
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Each queue holding an item and its length (as ``len(queue)``)."""
+        return dict(list_queues(self))
+
+    def publish(self, payload: Any, names: Iterable[str], codec: Any = None) -> int:
+        """Fan-out: put one payload on every named queue, storing it once;
+        its storage is freed when the last of them has consumed it.  Returns
+        the item id (the same in every queue)."""
+        return publish(self, payload, names, codec)
 
     # -------------------------------------------------------------- upkeep
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import errno as _errno
 import os
+import queue as _queue
 from typing import Optional, Union
 
 __all__ = [
@@ -25,6 +26,8 @@ __all__ = [
     "InvalidArgumentError",
     "NoMemoryError",
     "FullError",
+    "NotReservedError",
+    "Empty",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",
@@ -91,6 +94,17 @@ class FullError(Error):
     """The casket would exceed 2**32 pages."""
 
 
+class NotReservedError(Error):
+    """An ack or release of an item that is not reserved under that
+    reservation: already acknowledged or released, or its lease ran out
+    (and perhaps another consumer holds it now)."""
+
+
+class Empty(Error, _queue.Empty):
+    """A queue had no item to get (also the standard library's
+    :class:`queue.Empty`, so code written for :mod:`queue` catches it)."""
+
+
 class FileNotFound(Error, builtins.FileNotFoundError):
     """ENOENT: the casket file does not exist.  Also a FileNotFoundError."""
 
@@ -127,6 +141,7 @@ def _codes() -> dict[str, int]:
         "QS_TOOBIG": lib.QS_TOOBIG,
         "QS_CLOSED": lib.QS_CLOSED,
         "QS_FULL": lib.QS_FULL,
+        "QS_NOTRESERVED": lib.QS_NOTRESERVED,
     }
 
 
@@ -146,6 +161,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_TOOBIG": (TooBigError, None),
     "QS_CLOSED": (ClosedError, None),
     "QS_FULL": (FullError, None),
+    "QS_NOTRESERVED": (NotReservedError, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.

@@ -1,0 +1,105 @@
+/* casket.h -- the casket's internals shared with the queue layer (cs_
+ * prefix).  Not public: the public interface is qstore.h. */
+#ifndef QS_CASKET_H
+#define QS_CASKET_H
+#include "qstore.h"
+#include "btree.h"
+#include "pager.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define NS_USER 0       /* the record API's namespace */
+#define NS_QUEUE 1      /* queue items, shared payloads and their counts */
+
+struct qq_registry;
+
+struct qs_casket {
+    char *path;
+    int fd, log_fd;
+    int readonly;
+    atomic_int sync;
+    pager pg;
+    pthread_mutex_t mu;         /* one operation on the pager at a time */
+    pthread_mutex_t wmu;        /* the write lock ... */
+    pthread_cond_t wcond;
+    int wbusy;
+    atomic_uint_fast64_t owner; /* ... and the thread id holding it */
+    int explicit_txn;
+    int txn_error;              /* a failure that spoiled the transaction */
+    pthread_mutex_t smu;        /* group commit */
+    pthread_cond_t scond;
+    uint64_t lsn_base;          /* log sequence of offset 0 of this generation */
+    uint64_t lsn_written, lsn_synced;
+    int syncing;
+    uint64_t version;           /* bumped whenever any view changes */
+    atomic_int calls;           /* public calls in progress */
+    atomic_int closed;          /* set by qs_shutdown: new calls refused */
+    int fatal;                  /* the log could not be restarted: no commit
+                                   may be written until a retry succeeds */
+    int defunct;                /* compaction renamed the file but could not
+                                   reopen it: writes refused until reopened */
+    /* putdups of the open transaction not yet applied to the tree: they are
+     * applied in key order, in batches (see flush_pending) */
+    bt_buf pend_keys, pend_vals;
+    uint64_t *pend_koff, *pend_voff;
+    size_t pend_n, pend_cap;
+    uint64_t checkpoint_bytes;
+    /* the queue layer's in-memory state (queue.c), guarded by mu */
+    struct qq_registry *queues;
+};
+
+struct qs_cursor {
+    qs_casket *c;
+    bt_path path;
+    uint64_t version;
+    int wview;
+    int positioned;
+    int on_record;              /* path is at the remembered record itself,
+                                   not at the one after it (it was removed) */
+    bt_buf key;                 /* the current record's key and seq */
+    uint64_t seq;
+};
+
+
+/* Runs fn in the writer's view (bt is the user namespace; fn may build a
+ * context for another namespace over bt->p): inside the calling thread's
+ * transaction, or as a transaction of its own that commits when fn returns
+ * 0 and aborts otherwise.  fn runs with the operation mutex held. */
+typedef int (*cs_write_fn)(qs_casket *c, bt_ctx *bt, void *arg);
+int cs_write(qs_casket *c, cs_write_fn fn, void *arg);
+
+/* Takes the operation mutex for a read in the caller's view (the writer's
+ * own if it holds the write lock) of namespace ns; cs_read_leave releases
+ * it.  cs_read_enter returns 0 or the error of applying buffered putdups
+ * (then the mutex is not held). */
+int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns);
+void cs_read_leave(qs_casket *c, bt_ctx *bt);
+
+/* Whether the calling thread holds the write lock / has an explicit
+ * transaction open. */
+int cs_owns(qs_casket *c);
+int cs_in_txn(qs_casket *c);
+
+/* Monotonic clock, seconds. */
+double cs_now(void);
+
+/* Public-call accounting (see qs_shutdown): cs_enter_call returns 0 when the
+ * casket is closed (the call must then return QS_CLOSED). */
+int cs_enter_call(qs_casket *c);
+void cs_leave_call(qs_casket *c);
+
+/* Each public function checks its handle, counts itself in (so qs_shutdown
+ * can wait for it and refuse it after) and calls its do_ implementation. */
+#define COUNTED(name, params, handle, casket, impl, args)                               \
+    int name params                                                                     \
+    {                                                                                   \
+        if (!(handle))                                                                  \
+            return QS_INVAL;                                                            \
+        if (!cs_enter_call(casket))                                                     \
+            return QS_CLOSED;                                                           \
+        int rc = impl args;                                                             \
+        cs_leave_call(casket);                                                          \
+        return rc;                                                                      \
+    }
+
+#endif

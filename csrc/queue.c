@@ -1,0 +1,1116 @@
+/* queue.c -- named FIFO queues on the casket's B+tree (qq_ prefix inside,
+ * qs_queue_* in qstore.h).
+ *
+ * Layout, in namespace NS_QUEUE (see docs/DESIGN.md):
+ *   ("q" + name, id)  one item: value [0][payload], or [1] for a reference
+ *                     to a shared (published) payload
+ *   ("p", id)         a shared payload
+ *   ("c", id)         its reference count, u64
+ * Records are ordered by (key, seq) and an item's seq is its id, so a
+ * queue's items are contiguous and in id order, and since ids only grow a
+ * put lands at the end of its queue's run.  This is the seed's layout --
+ * the queue name a duplicate key, the item ids its values -- with small
+ * payloads kept inline.
+ *
+ * In memory, per handle, a registry of the queues used: each one's exact
+ * length (so qs_queue_len is O(1)), its reservations (sorted by id), and a
+ * condition variable for blocked readers.  Everything here is guarded by
+ * the casket's operation mutex. */
+#include "queue.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TAG_INLINE 0
+#define TAG_SHARED 1
+#define KEY_QUEUE 'q'
+
+#define M_NEW 1u        /* reserved in the open transaction */
+#define M_ACKED 2u      /* acknowledged in the open transaction */
+
+typedef struct qq_mark {
+    uint64_t id, token;
+    double deadline;    /* INFINITY: no lease */
+    unsigned flags;
+} qq_mark;
+
+typedef struct qq_queue {
+    struct qq_queue *hnext;     /* hash chain */
+    struct qq_queue *tnext;     /* touched by the open transaction */
+    int touched, txn_put, txn_took;
+    uint8_t *key;               /* "q" + name */
+    uint32_t klen;
+    uint64_t hash;
+    uint64_t clen;              /* items in the committed tree */
+    int64_t dlen;               /* the open transaction's change to it */
+    uint32_t nacked;            /* marks flagged M_ACKED */
+    qq_mark *m;                 /* reservations, sorted by id */
+    size_t nm, mcap;
+    double min_deadline;        /* earliest lease end, INFINITY if none */
+    uint64_t gen;               /* bumped when items may have become available */
+    pthread_cond_t cond;
+} qq_queue;
+
+typedef struct qq_registry {
+    qq_queue **tab;
+    size_t cap, n;
+    qq_queue *touched;
+    uint64_t next_token;
+} qq_registry;
+
+/* ---- the registry ---------------------------------------------------------- */
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void queue_free(qq_queue *q)
+{
+    pthread_cond_destroy(&q->cond);
+    free(q->key);
+    free(q->m);
+    free(q);
+}
+
+void qq_free(qs_casket *c)
+{
+    qq_registry *r = c->queues;
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->cap; i++)
+        for (qq_queue *q = r->tab[i], *nx; q; q = nx) {
+            nx = q->hnext;
+            queue_free(q);
+        }
+    free(r->tab);
+    free(r);
+    c->queues = NULL;
+}
+
+void qq_wake_all(qs_casket *c)
+{
+    qq_registry *r = c->queues;
+    for (size_t i = 0; r && i < r->cap; i++)
+        for (qq_queue *q = r->tab[i]; q; q = q->hnext)
+            pthread_cond_broadcast(&q->cond);
+}
+
+static int registry_grow(qq_registry *r)
+{
+    size_t ncap = r->cap ? r->cap * 2 : 16;
+    qq_queue **nt = calloc(ncap, sizeof *nt);
+    if (!nt)
+        return QS_NOMEM;
+    for (size_t i = 0; i < r->cap; i++)
+        for (qq_queue *q = r->tab[i], *nx; q; q = nx) {
+            nx = q->hnext;
+            q->hnext = nt[q->hash & (ncap - 1)];
+            nt[q->hash & (ncap - 1)] = q;
+        }
+    free(r->tab);
+    r->tab = nt;
+    r->cap = ncap;
+    return 0;
+}
+
+/* Records of key in the committed tree. */
+static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint64_t *n)
+{
+    bt_ctx bt = {&c->pg, 0, NS_QUEUE};
+    bt_key lo = {key, klen, 0}, hi = {key, klen, UINT64_MAX};
+    uint64_t a, b;
+    int rc = bt_rank(&bt, &lo, &a);
+    if (rc == 0 && (rc = bt_rank(&bt, &hi, &b)) == 0)
+        *n = b - a;
+    return rc;
+}
+
+/* The registry entry of queue key ("q" + name), created on first use.  No
+ * transaction can have changed a queue before its entry exists (every
+ * change goes through here), so the committed count is its length. */
+static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **out)
+{
+    qq_registry *r = c->queues;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r)))
+            return QS_NOMEM;
+        c->queues = r;
+    }
+    uint64_t h = hash_bytes(key, klen);
+    if (r->cap)
+        for (qq_queue *q = r->tab[h & (r->cap - 1)]; q; q = q->hnext)
+            if (q->hash == h && q->klen == klen && memcmp(q->key, key, klen) == 0) {
+                *out = q;
+                return 0;
+            }
+    if (r->n + 1 > r->cap * 3 / 4 && registry_grow(r) != 0)
+        return QS_NOMEM;
+    qq_queue *q = calloc(1, sizeof *q);
+    if (!q || !(q->key = malloc(klen))) {
+        free(q);
+        return QS_NOMEM;
+    }
+    memcpy(q->key, key, klen);
+    q->klen = klen;
+    q->hash = h;
+    q->min_deadline = INFINITY;
+    int rc = committed_count(c, key, klen, &q->clen);
+    if (rc) {
+        free(q->key);
+        free(q);
+        return rc;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    q->hnext = r->tab[h & (r->cap - 1)];
+    r->tab[h & (r->cap - 1)] = q;
+    r->n++;
+    *out = q;
+    return 0;
+}
+
+static void expire(qq_queue *q);
+
+/* lookup, then end the reservations whose lease ran out. */
+static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **out)
+{
+    int rc = lookup(c, key, klen, out);
+    if (rc == 0)
+        expire(*out);
+    return rc;
+}
+
+static void touch(qs_casket *c, qq_queue *q)
+{
+    if (!q->touched) {
+        q->touched = 1;
+        q->tnext = c->queues->touched;
+        c->queues->touched = q;
+    }
+}
+
+static void wake(qq_queue *q)
+{
+    q->gen++;
+    pthread_cond_broadcast(&q->cond);
+}
+
+/* ---- reservations ------------------------------------------------------------ */
+
+/* Index of the first mark with id >= id. */
+static size_t mark_lower(const qq_queue *q, uint64_t id)
+{
+    size_t lo = 0, hi = q->nm;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (q->m[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int mark_add(qq_queue *q, uint64_t id, uint64_t token, double deadline, unsigned flags)
+{
+    if (q->nm == q->mcap) {
+        size_t ncap = q->mcap ? q->mcap * 2 : 8;
+        qq_mark *nm = realloc(q->m, ncap * sizeof *nm);
+        if (!nm)
+            return QS_NOMEM;
+        q->m = nm;
+        q->mcap = ncap;
+    }
+    size_t i = mark_lower(q, id);
+    memmove(q->m + i + 1, q->m + i, (q->nm - i) * sizeof *q->m);
+    q->m[i] = (qq_mark){id, token, deadline, flags};
+    q->nm++;
+    if (deadline < q->min_deadline)
+        q->min_deadline = deadline;
+    return 0;
+}
+
+static void mark_remove(qq_queue *q, size_t i)
+{
+    if (q->m[i].flags & M_ACKED)
+        q->nacked--;
+    memmove(q->m + i, q->m + i + 1, (q->nm - i - 1) * sizeof *q->m);
+    q->nm--;
+}
+
+static void recompute_deadline(qq_queue *q)
+{
+    q->min_deadline = INFINITY;
+    for (size_t i = 0; i < q->nm; i++)
+        if (!(q->m[i].flags & M_ACKED) && q->m[i].deadline < q->min_deadline)
+            q->min_deadline = q->m[i].deadline;
+}
+
+/* Ends reservations whose lease ran out (not those acknowledged in the open
+ * transaction: their item is already gone in the writer's view). */
+static void expire(qq_queue *q)
+{
+    if (q->min_deadline > cs_now())
+        return;
+    double now = cs_now();
+    size_t w = 0;
+    for (size_t i = 0; i < q->nm; i++)
+        if ((q->m[i].flags & M_ACKED) || q->m[i].deadline > now)
+            q->m[w++] = q->m[i];
+    q->nm = w;
+    recompute_deadline(q);
+    wake(q);
+}
+
+static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
+{
+    size_t i = mark_lower(q, id);
+    if (i >= q->nm || q->m[i].id != id || q->m[i].token != token || (q->m[i].flags & M_ACKED))
+        return QS_NOTRESERVED;
+    *at = i;
+    return 0;
+}
+
+/* Items available to get in a view.  The committed view does not count
+ * reservations of items the open transaction added (their ids are at or
+ * past the committed next_id); the writer's does not count items it
+ * acknowledged (already gone from its view). */
+static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
+{
+    int64_t n = wview ? (int64_t)q->clen + q->dlen - (int64_t)(q->nm - q->nacked)
+                      : (int64_t)q->clen - (int64_t)mark_lower(q, c->pg.meta.next_id);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
+void qq_txn_end(qs_casket *c, int committed)
+{
+    qq_registry *r = c->queues;
+    if (!r)
+        return;
+    for (qq_queue *q = r->touched, *nx; q; q = nx) {
+        nx = q->tnext;
+        int back = 0;
+        for (size_t i = q->nm; i-- > 0;) {
+            qq_mark *m = &q->m[i];
+            if (committed) {
+                if (m->flags & M_ACKED)
+                    mark_remove(q, i);
+                else
+                    m->flags = 0;
+            } else if (m->flags & M_NEW) {
+                mark_remove(q, i);
+                back = 1;
+            } else if (m->flags & M_ACKED) {
+                m->flags = 0;
+                q->nacked--;
+            }
+        }
+        if (committed)
+            q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
+        recompute_deadline(q);
+        if ((committed && q->txn_put) || (!committed && (q->txn_took || back)))
+            wake(q);
+        q->dlen = 0;
+        q->touched = q->txn_put = q->txn_took = 0;
+        q->tnext = NULL;
+    }
+    r->touched = NULL;
+}
+
+/* ---- arguments and names -------------------------------------------------- */
+
+static int make_key(const void *name, size_t nlen, uint8_t *key)
+{
+    if (!name || nlen == 0 || nlen > QS_MAX_QUEUE_NAME)
+        return QS_INVAL;
+    key[0] = KEY_QUEUE;
+    memcpy(key + 1, name, nlen);
+    return 0;
+}
+
+/* An output under construction: payloads, ids, offsets. */
+typedef struct outbuf {
+    bt_buf data;
+    uint64_t *ids, *off;
+    size_t n, cap;
+} outbuf;
+
+static int out_begin(outbuf *o)
+{
+    if (o->n + 2 > o->cap) {
+        size_t ncap = o->cap ? o->cap * 2 : 16;
+        uint64_t *a = realloc(o->ids, ncap * sizeof *a);
+        if (!a)
+            return QS_NOMEM;
+        o->ids = a;
+        uint64_t *b = realloc(o->off, ncap * sizeof *b);
+        if (!b)
+            return QS_NOMEM;
+        o->off = b;
+        o->cap = ncap;
+    }
+    if (o->n == 0)
+        o->off[0] = o->data.len;
+    return 0;
+}
+
+static void out_end(outbuf *o, uint64_t id)
+{
+    o->ids[o->n++] = id;
+    o->off[o->n] = o->data.len;
+}
+
+static void out_drop(outbuf *o)
+{
+    free(o->data.data);
+    free(o->ids);
+    free(o->off);
+    memset(o, 0, sizeof *o);
+}
+
+static int out_finish(outbuf *o, uint64_t token, qs_items **out)
+{
+    qs_items *it = calloc(1, sizeof *it);
+    if (!it) {
+        out_drop(o);
+        return QS_NOMEM;
+    }
+    if (!o->off && !(o->off = calloc(1, sizeof *o->off))) {
+        free(it);
+        out_drop(o);
+        return QS_NOMEM;
+    }
+    it->count = o->n;
+    it->ids = o->ids;
+    it->off = o->off;
+    it->data = o->data.data;
+    it->token = token;
+    *out = it;
+    return 0;
+}
+
+void qs_items_free(qs_items *it)
+{
+    if (!it)
+        return;
+    free(it->ids);
+    free(it->off);
+    free(it->data);
+    free(it);
+}
+
+/* ---- tree access ----------------------------------------------------------- */
+
+static const uint8_t KEY_PAYLOAD[1] = {'p'};
+static const uint8_t KEY_COUNT[1] = {'c'};
+
+/* Seeks the record (key, seq) exactly. */
+static int seek_exact(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t seq, bt_path *path)
+{
+    bt_key pk = {key, klen, seq};
+    uint64_t got;
+    int eq, rc = bt_seek_ge(bt, &pk, path);
+    if (rc == QS_NOTFOUND)
+        return QS_CORRUPT;
+    if (rc || (rc = bt_key_is(bt, path, key, klen, &eq)) != 0 ||
+        (rc = bt_read(bt, path, NULL, NULL, 0, &got)) != 0)
+        return rc;
+    return eq && got == seq ? 0 : QS_CORRUPT;
+}
+
+/* Appends the payload of the item record at path (tag byte stripped,
+ * shared payloads fetched) to o->data; *shared tells which it was. */
+static int read_item(bt_ctx *bt, bt_path *path, uint64_t id, outbuf *o, int *shared)
+{
+    size_t at = o->data.len;
+    int rc = bt_read(bt, path, NULL, &o->data, 0, NULL);
+    if (rc)
+        return rc;
+    if (o->data.len == at)
+        return QS_CORRUPT;
+    uint8_t tag = o->data.data[at];
+    *shared = tag == TAG_SHARED;
+    if (tag == TAG_INLINE) {
+        memmove(o->data.data + at, o->data.data + at + 1, o->data.len - at - 1);
+        o->data.len--;
+        return 0;
+    }
+    if (tag != TAG_SHARED || o->data.len != at + 1)
+        return QS_CORRUPT;
+    o->data.len = at;
+    bt_path pp;
+    if ((rc = seek_exact(bt, KEY_PAYLOAD, 1, id, &pp)) != 0)
+        return rc;
+    return bt_read(bt, &pp, NULL, &o->data, 0, NULL);
+}
+
+/* One queue consumed its reference to shared payload id. */
+static int unref(bt_ctx *bt, uint64_t id)
+{
+    bt_path path;
+    bt_buf v = {0};
+    int rc = seek_exact(bt, KEY_COUNT, 1, id, &path);
+    if (rc == 0)
+        rc = bt_read(bt, &path, NULL, &v, 0, NULL);
+    if (rc == 0 && v.len != 8)
+        rc = QS_CORRUPT;
+    uint64_t refs = rc == 0 ? rd64(v.data) : 0;
+    free(v.data);
+    if (rc)
+        return rc;
+    if ((rc = bt_delete(bt, &path)) != 0)
+        return rc;
+    if (refs > 1) {
+        uint8_t nb[8];
+        wr64(nb, refs - 1);
+        bt_key pk = {KEY_COUNT, 1, id};
+        if ((rc = bt_seek(bt, &pk, &path)) != 0 && rc != QS_NOTFOUND)
+            return rc;
+        return bt_insert(bt, &path, &pk, nb, 8);
+    }
+    if ((rc = seek_exact(bt, KEY_PAYLOAD, 1, id, &path)) != 0)
+        return rc;
+    return bt_delete(bt, &path);
+}
+
+/* Positions path on the first item of q at or after id `from` that no
+ * reservation hides; *id gets its id.  QS_NOTFOUND: none. */
+static int first_free(bt_ctx *bt, qq_queue *q, uint64_t from, bt_path *path, uint64_t *id)
+{
+    bt_key pk = {q->key, q->klen, from};
+    int rc = bt_seek_ge(bt, &pk, path);
+    size_t mi = q->nm ? mark_lower(q, from) : 0;
+    while (rc == 0) {
+        int eq;
+        if ((rc = bt_key_is(bt, path, q->key, q->klen, &eq)) != 0)
+            return rc;
+        if (!eq)
+            return QS_NOTFOUND;
+        if ((rc = bt_read(bt, path, NULL, NULL, 0, id)) != 0)
+            return rc;
+        while (mi < q->nm && q->m[mi].id < *id)
+            mi++;
+        if (mi == q->nm || q->m[mi].id != *id)
+            return 0;
+        rc = bt_next(bt, path);
+    }
+    return rc;
+}
+
+static bt_ctx queue_ctx(bt_ctx *bt)
+{
+    bt_ctx q = {bt->p, bt->wview, NS_QUEUE};
+    return q;
+}
+
+/* The next item id, from the writer's meta (ids start at 1). */
+static uint64_t take_id(pager *p, uint64_t n)
+{
+    pg_meta *m = &p->wmeta;
+    if (m->next_id == 0)
+        m->next_id = 1;
+    uint64_t id = m->next_id;
+    m->next_id += n;
+    return id;
+}
+
+/* ---- put ------------------------------------------------------------------- */
+
+typedef struct put_args {
+    const uint8_t *key;
+    uint32_t klen;
+    size_t n;
+    const uint8_t *vals;
+    const uint64_t *voff;
+    uint64_t first_id;
+} put_args;
+
+static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    put_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    int rc = lookup(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    uint64_t id = take_id(bt.p, a->n);
+    a->first_id = id;
+    bt_path path;
+    int kept = 0;
+    uint8_t small[1024];
+    uint8_t *big = NULL;
+    size_t bigcap = 0;
+    for (size_t i = 0; i < a->n && rc == 0; i++, id++) {
+        size_t vlen = a->voff[i + 1] - a->voff[i];
+        uint8_t *cell = small;
+        if (vlen + 1 > sizeof small) {
+            if (vlen + 1 > bigcap) {
+                free(big);
+                bigcap = vlen + 1;
+                if (!(big = malloc(bigcap))) {
+                    rc = QS_NOMEM;
+                    break;
+                }
+            }
+            cell = big;
+        }
+        cell[0] = TAG_INLINE;
+        if (vlen)
+            memcpy(cell + 1, a->vals + a->voff[i], vlen);
+        bt_key pk = {a->key, a->klen, id};
+        if (!kept && (rc = bt_seek(&bt, &pk, &path)) != 0 && rc != QS_NOTFOUND)
+            break;
+        rc = bt_insert_next(&bt, &path, &pk, cell, vlen + 1, &kept);
+        if (rc == 0 && (i & 1023) == 1023) {
+            rc = pg_trim(bt.p, 1);
+            kept = 0;
+        }
+    }
+    free(big);
+    if (rc)
+        return rc;
+    q->dlen += (int64_t)a->n;
+    q->txn_put = 1;
+    touch(c, q);
+    return 0;
+}
+
+static int check_vals(size_t n, const void *vals, const uint64_t *voff)
+{
+    if (n && (!voff || (!vals && voff[n] != voff[0])))
+        return QS_INVAL;
+    for (size_t i = 0; i < n; i++) {
+        if (voff[i + 1] < voff[i])
+            return QS_INVAL;
+        if (voff[i + 1] - voff[i] > (uint64_t)QS_MAX_VALUE - 1)
+            return QS_TOOBIG;
+    }
+    return 0;
+}
+
+static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                       const uint64_t *voff, uint64_t *first_id)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = check_vals(n, vals, voff);
+    if (rc)
+        return rc;
+    if (n == 0) {
+        if (first_id)
+            *first_id = 0;
+        return 0;
+    }
+    put_args a = {key, (uint32_t)nlen + 1, n, vals, voff, 0};
+    rc = cs_write(c, put_fn, &a);
+    if (rc == 0 && first_id)
+        *first_id = a.first_id;
+    return rc;
+}
+
+static int do_put(qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen,
+                  uint64_t *id)
+{
+    uint64_t off[2] = {0, vlen};
+    if (!val && vlen)
+        return QS_INVAL;
+    return do_put_many(c, name, nlen, 1, val, off, id);
+}
+
+/* ---- publish ------------------------------------------------------------- */
+
+typedef struct pub_args {
+    size_t n;
+    const uint8_t *names;
+    const uint64_t *noff;
+    const uint8_t *val;
+    size_t vlen;
+    uint64_t id;
+} pub_args;
+
+static int publish_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    pub_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    uint64_t id = take_id(bt.p, 1);
+    uint8_t key[QS_MAX_QUEUE_NAME + 1], ref = TAG_SHARED, cnt[8];
+    int rc = 0;
+    for (size_t i = 0; i < a->n && rc == 0; i++) {
+        size_t nlen = a->noff[i + 1] - a->noff[i];
+        qq_queue *q;
+        make_key(a->names + a->noff[i], nlen, key);
+        if ((rc = lookup(c, key, (uint32_t)nlen + 1, &q)) != 0)
+            break;
+        bt_key pk = {key, (uint32_t)nlen + 1, id};
+        bt_path path;
+        if ((rc = bt_seek(&bt, &pk, &path)) != 0 && rc != QS_NOTFOUND)
+            break;
+        if ((rc = bt_insert(&bt, &path, &pk, &ref, 1)) != 0)
+            break;
+        q->dlen++;
+        q->txn_put = 1;
+        touch(c, q);
+    }
+    wr64(cnt, a->n);
+    bt_key pp = {KEY_PAYLOAD, 1, id}, pc = {KEY_COUNT, 1, id};
+    bt_path path;
+    if (rc == 0 && ((rc = bt_seek(&bt, &pp, &path)) == 0 || rc == QS_NOTFOUND))
+        rc = bt_insert(&bt, &path, &pp, a->val, a->vlen);
+    if (rc == 0 && ((rc = bt_seek(&bt, &pc, &path)) == 0 || rc == QS_NOTFOUND))
+        rc = bt_insert(&bt, &path, &pc, cnt, 8);
+    a->id = id;
+    return rc;
+}
+
+static int name_cmp(const uint8_t *names, const uint64_t *noff, size_t i, size_t j)
+{
+    size_t li = noff[i + 1] - noff[i], lj = noff[j + 1] - noff[j];
+    return li == lj && memcmp(names + noff[i], names + noff[j], li) == 0;
+}
+
+static int do_publish(qs_casket *c, size_t n, const void *names, const uint64_t *noff,
+                      const void *val, size_t vlen, uint64_t *id)
+{
+    if (n == 0 || !names || !noff || (!val && vlen))
+        return QS_INVAL;
+    if (vlen > QS_MAX_VALUE)
+        return QS_TOOBIG;
+    for (size_t i = 0; i < n; i++) {
+        if (noff[i + 1] <= noff[i] || noff[i + 1] - noff[i] > QS_MAX_QUEUE_NAME)
+            return QS_INVAL;
+        /* Quadratic, but fan-out lists are short and a repeated name would
+         * need two records with one (key, id). */
+        for (size_t j = 0; j < i; j++)
+            if (name_cmp(names, noff, i, j))
+                return QS_INVAL;
+    }
+    pub_args a = {n, names, noff, val, vlen, 0};
+    int rc = cs_write(c, publish_fn, &a);
+    if (rc == 0 && id)
+        *id = a.id;
+    return rc;
+}
+
+/* ---- get, reserve, peek ---------------------------------------------------- */
+
+typedef struct take_args {
+    const uint8_t *key;
+    uint32_t klen;
+    size_t max;
+    int reserve;            /* reserve instead of removing */
+    double lease;
+    outbuf out;
+    uint64_t token;
+    qq_queue *q;            /* for waiting: the queue ... */
+    uint64_t gen;           /* ... and its generation when found empty */
+} take_args;
+
+/* Removes the item record at path (and its share of a shared payload). */
+static int remove_item(bt_ctx *bt, bt_path *path, uint64_t id, int shared, int *kept)
+{
+    int rc = bt_delete_next(bt, path, kept);
+    if (rc == 0 && shared) {
+        *kept = 0;
+        rc = unref(bt, id);
+    }
+    return rc;
+}
+
+static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    take_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    int rc = lookup_live(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    a->q = q;
+    bt_path path;
+    uint64_t id, from = 1;
+    int kept = 0;
+    while (a->out.n < a->max) {
+        if (kept) {
+            /* path is on the record after the one just taken */
+            int eq;
+            rc = bt_key_is(&bt, &path, q->key, q->klen, &eq);
+            if (rc == QS_NOTFOUND) {
+                kept = 0;
+                continue;
+            }
+            if (rc == 0 && !eq)
+                rc = QS_NOTFOUND;
+            if (rc == 0 && (rc = bt_read(&bt, &path, NULL, NULL, 0, &id)) == 0 && q->nm) {
+                size_t mi = mark_lower(q, id);
+                if (mi < q->nm && q->m[mi].id == id) {
+                    kept = 0;
+                    from = id + 1;
+                    continue;
+                }
+            }
+        } else
+            rc = first_free(&bt, q, from, &path, &id);
+        if (rc)
+            break;
+        int shared;
+        if ((rc = out_begin(&a->out)) != 0 || (rc = read_item(&bt, &path, id, &a->out, &shared)) != 0)
+            break;
+        out_end(&a->out, id);
+        from = id + 1;
+        if (a->reserve) {
+            if (!a->token)
+                a->token = ++c->queues->next_token;
+            double deadline = a->lease > 0 ? cs_now() + a->lease : INFINITY;
+            if ((rc = mark_add(q, id, a->token, deadline, cs_in_txn(c) ? M_NEW : 0)) != 0)
+                break;
+            kept = 0;
+        } else {
+            if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
+                break;
+            q->dlen--;
+            q->txn_took = 1;
+        }
+        touch(c, q);
+        if (((a->out.n) & 1023) == 0 && (rc = pg_trim(bt.p, 1)) != 0)
+            break;
+    }
+    if (rc == QS_NOTFOUND && a->out.n > 0)
+        rc = 0;
+    if (rc == QS_NOTFOUND)
+        a->gen = q->gen;
+    return rc;
+}
+
+/* Runs a take, waiting for items as the header describes. */
+static int take_wait(qs_casket *c, take_args *a, double timeout)
+{
+    int nowait = timeout == 0 || cs_in_txn(c);
+    double deadline = timeout < 0 ? INFINITY : cs_now() + timeout;
+    for (;;) {
+        int rc = cs_write(c, take_fn, a);
+        if (rc != QS_NOTFOUND || nowait || !a->q)
+            return rc;
+        qq_queue *q = a->q;
+        pthread_mutex_lock(&c->mu);
+        int retry = 0;
+        while (!retry && q->gen == a->gen && !atomic_load(&c->closed)) {
+            double now = cs_now();
+            if (now >= deadline) {
+                pthread_mutex_unlock(&c->mu);
+                return QS_NOTFOUND;
+            }
+            if (now >= q->min_deadline) {
+                retry = 1;      /* a lease ran out: the take expires it */
+                break;
+            }
+            double until = deadline < q->min_deadline ? deadline : q->min_deadline;
+            if (isinf(until))
+                pthread_cond_wait(&q->cond, &c->mu);
+            else {
+                struct timespec ts;
+                ts.tv_sec = (time_t)until;
+                ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+                pthread_cond_timedwait(&q->cond, &c->mu, &ts);
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (atomic_load(&c->closed))
+            return QS_CLOSED;
+    }
+}
+
+static int check_timeout(double t)
+{
+    return isnan(t) ? QS_INVAL : 0;
+}
+
+static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                  qs_items **out)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && (max == 0 || check_timeout(timeout)))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max};
+    rc = take_wait(c, &a, timeout);
+    if (rc) {
+        out_drop(&a.out);
+        return rc;
+    }
+    return out_finish(&a.out, 0, out);
+}
+
+static int do_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
+                      qs_items **out)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && (check_timeout(timeout) || !(lease >= 0)))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = 1, .reserve = 1, .lease = lease};
+    rc = take_wait(c, &a, timeout);
+    if (rc) {
+        out_drop(&a.out);
+        return rc;
+    }
+    return out_finish(&a.out, a.token, out);
+}
+
+static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && max == 0)
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    qq_queue *q;
+    outbuf o = {0};
+    bt_path path;
+    uint64_t id, from = 1;
+    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0) {
+        while (o.n < max && (rc = first_free(&bt, q, from, &path, &id)) == 0) {
+            int shared;
+            if ((rc = out_begin(&o)) != 0 || (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
+                break;
+            out_end(&o, id);
+            from = id + 1;
+        }
+        if (rc == QS_NOTFOUND && o.n)
+            rc = 0;
+    }
+    cs_read_leave(c, &bt);
+    if (rc) {
+        out_drop(&o);
+        return rc;
+    }
+    return out_finish(&o, 0, out);
+}
+
+/* ---- ack, release, clear ------------------------------------------------- */
+
+typedef struct ack_args {
+    const uint8_t *key;
+    uint32_t klen;
+    uint64_t id, token;
+    uint64_t removed;
+} ack_args;
+
+static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    ack_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    size_t mi;
+    int rc = lookup(c, a->key, a->klen, &q);
+    if (rc || (rc = find_mark(q, a->id, a->token, &mi)) != 0)
+        return rc;
+    bt_path path;
+    outbuf tag = {0};
+    int shared, kept;
+    /* the value's tag says whether a shared payload loses a reference */
+    if ((rc = seek_exact(&bt, a->key, a->klen, a->id, &path)) == 0 &&
+        (rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) == 0) {
+        shared = tag.data.len == 1 && tag.data.data[0] == TAG_SHARED;
+        rc = remove_item(&bt, &path, a->id, shared, &kept);
+    }
+    out_drop(&tag);
+    if (rc)
+        return rc;
+    q->m[mi].flags |= M_ACKED;
+    q->nacked++;
+    q->dlen--;
+    q->txn_took = 1;
+    touch(c, q);
+    return 0;
+}
+
+static int do_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0};
+    return cs_write(c, ack_fn, &a);
+}
+
+static int do_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    qq_queue *q;
+    size_t mi;
+    if ((rc = lookup(c, key, (uint32_t)nlen + 1, &q)) == 0 &&
+        (rc = find_mark(q, id, token, &mi)) == 0) {
+        mark_remove(q, mi);
+        recompute_deadline(q);
+        wake(q);
+    }
+    cs_read_leave(c, &bt);
+    return rc;
+}
+
+static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    ack_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    int rc = lookup_live(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    uint64_t from = 1, id;
+    a->removed = 0;
+    bt_path path;
+    outbuf tag = {0};
+    while ((rc = first_free(&bt, q, from, &path, &id)) == 0) {
+        int kept;
+        tag.data.len = 0;
+        if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)
+            break;
+        int shared = tag.data.len == 1 && tag.data.data[0] == TAG_SHARED;
+        if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
+            break;
+        from = id + 1;
+        a->removed++;
+        q->dlen--;
+        q->txn_took = 1;
+        touch(c, q);
+        if ((a->removed & 1023) == 0 && (rc = pg_trim(bt.p, 1)) != 0)
+            break;
+    }
+    out_drop(&tag);
+    return rc == QS_NOTFOUND ? 0 : rc;
+}
+
+static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (removed)
+        *removed = 0;
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    ack_args a = {key, (uint32_t)nlen + 1, 0, 0, 0};
+    rc = cs_write(c, clear_fn, &a);
+    if (rc == 0 && removed)
+        *removed = a.removed;
+    return rc;
+}
+
+/* ---- lengths and listing ------------------------------------------------- */
+
+static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!len)
+        return QS_INVAL;
+    *len = 0;
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    qq_queue *q;
+    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0) {
+        *len = available(c, q, bt.wview);
+    }
+    cs_read_leave(c, &bt);
+    return rc;
+}
+
+static int do_list(qs_casket *c, qs_items **out)
+{
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    bt_ctx bt;
+    int rc = cs_read_enter(c, &bt, NS_QUEUE);
+    if (rc)
+        return rc;
+    outbuf o = {0};
+    bt_buf k = {0};
+    uint8_t first = KEY_QUEUE;
+    bt_key pk = {&first, 1, 0};
+    bt_path path;
+    while ((rc = bt_seek_ge(&bt, &pk, &path)) == 0) {
+        k.len = 0;
+        if ((rc = bt_read(&bt, &path, &k, NULL, 0, NULL)) != 0)
+            break;
+        if (k.len < 2 || k.data[0] != KEY_QUEUE)
+            break;
+        qq_queue *q;
+        if ((rc = lookup_live(c, k.data, (uint32_t)k.len, &q)) != 0)
+            break;
+        if ((rc = out_begin(&o)) != 0 || (rc = bt_buf_reserve(&o.data, k.len - 1)) != 0)
+            break;
+        memcpy(o.data.data + o.data.len, k.data + 1, k.len - 1);
+        o.data.len += k.len - 1;
+        out_end(&o, available(c, q, bt.wview));
+        /* the next queue: the first record after every one of this key */
+        pk = (bt_key){q->key, q->klen, UINT64_MAX};
+    }
+    free(k.data);
+    cs_read_leave(c, &bt);
+    if (rc && rc != QS_NOTFOUND) {
+        out_drop(&o);
+        return rc;
+    }
+    return out_finish(&o, 0, out);
+}
+
+static int do_records(qs_casket *c, uint64_t *count)
+{
+    if (!count)
+        return QS_INVAL;
+    bt_ctx bt;
+    int rc = cs_read_enter(c, &bt, NS_QUEUE);
+    if (rc)
+        return rc;
+    rc = bt_total(&bt, count);
+    cs_read_leave(c, &bt);
+    return rc;
+}
+
+COUNTED(qs_queue_put, (qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen, uint64_t *id), c, c, do_put, (c, name, nlen, val, vlen, id))
+COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, const uint64_t *voff, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, voff, first_id))
+COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
+COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
+COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))
+COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, timeout, lease, out))
+COUNTED(qs_queue_ack, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_ack, (c, name, nlen, id, token))
+COUNTED(qs_queue_release, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_release, (c, name, nlen, id, token))
+COUNTED(qs_queue_len, (qs_casket *c, const void *name, size_t nlen, uint64_t *len), c, c, do_len, (c, name, nlen, len))
+COUNTED(qs_queue_clear, (qs_casket *c, const void *name, size_t nlen, uint64_t *removed), c, c, do_clear, (c, name, nlen, removed))
+COUNTED(qs_queue_list, (qs_casket *c, qs_items **out), c, c, do_list, (c, out))
+COUNTED(qs_queue_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count))

@@ -1,0 +1,421 @@
+"""Queues in a casket: :class:`Queue`, :class:`Item` and payload codecs.
+
+Every method is one call into the C core (csrc/queue.c); batches are one
+call for the whole batch.  See ``Casket.queue``.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+from array import array
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
+
+from ._qstore import ffi, lib
+from .errors import Empty, error_for
+
+if TYPE_CHECKING:
+    from ._casket import Casket
+
+__all__ = ["Queue", "Item", "Codec", "resolve_codec"]
+
+_NOTFOUND = lib.QS_NOTFOUND
+_MAX_NAME = lib.QS_MAX_QUEUE_NAME
+_qs_put = lib.qs_queue_put
+_qs_get = lib.qs_queue_get
+_qs_items_free = lib.qs_items_free
+_unpack = ffi.unpack
+_new = ffi.new
+_char_p = ffi.typeof("char *")
+_cast = ffi.cast
+
+
+class Codec(Protocol):
+    """Anything with ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``."""
+
+    def encode(self, obj: Any) -> bytes: ...
+
+    def decode(self, data: bytes) -> Any: ...
+
+
+class _Pickle:
+    name = "pickle"
+
+    @staticmethod
+    def encode(obj: Any) -> bytes:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+    decode = staticmethod(pickle.loads)
+
+
+class _Json:
+    name = "json"
+
+    @staticmethod
+    def encode(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    decode = staticmethod(json.loads)
+
+
+class _Msgpack:
+    name = "msgpack"
+
+    def __init__(self) -> None:
+        import msgpack  # raises ImportError when not installed
+
+        self._packb = msgpack.packb
+        self._unpackb = msgpack.unpackb
+
+    def encode(self, obj: Any) -> bytes:
+        return self._packb(obj, use_bin_type=True)
+
+    def decode(self, data: bytes) -> Any:
+        return self._unpackb(data, raw=False)
+
+
+def resolve_codec(codec: Union[None, str, Codec]) -> Optional[Codec]:
+    """None, a codec name ("pickle", "json", "msgpack") or a codec object."""
+    if codec is None:
+        return None
+    if isinstance(codec, str):
+        if codec == "pickle":
+            return _Pickle()
+        if codec == "json":
+            return _Json()
+        if codec == "msgpack":
+            try:
+                return _Msgpack()
+            except ImportError:
+                raise ValueError(
+                    "codec 'msgpack' needs the msgpack package: pip install msgpack"
+                ) from None
+        raise ValueError(f"unknown codec {codec!r}: use 'pickle', 'json', 'msgpack' "
+                         "or an object with encode() and decode()")
+    if callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None)):
+        return codec
+    raise TypeError("codec must be None, 'pickle', 'json', 'msgpack' or an object "
+                    f"with encode(obj) -> bytes and decode(bytes) -> obj, not {codec!r}")
+
+
+def queue_name(name: Any) -> bytes:
+    """The UTF-8 bytes of a queue name, checked."""
+    if not isinstance(name, str):
+        raise TypeError(f"queue name must be str, not {type(name).__name__}")
+    if not name:
+        raise ValueError("queue name must not be empty")
+    b = name.encode("utf-8")
+    if len(b) > _MAX_NAME:
+        raise ValueError(f"queue name is {len(b)} bytes long; the limit is {_MAX_NAME}")
+    return b
+
+
+def _raw_payload(x: Any) -> bytes:
+    """A payload with no codec: bytes-like as it is, str as UTF-8."""
+    t = type(x)
+    if t is bytes:
+        return x
+    if t is str or isinstance(x, str):
+        return x.encode("utf-8")
+    if isinstance(x, (bytes, bytearray)):
+        return bytes(x)
+    if isinstance(x, memoryview):
+        return x.tobytes()
+    raise TypeError(
+        f"queue payload must be bytes, bytearray, memoryview or str (or use a codec), "
+        f"not {type(x).__name__}"
+    )
+
+
+def _encoded(codec: Codec, obj: Any) -> bytes:
+    b = codec.encode(obj)
+    if type(b) is not bytes:
+        if isinstance(b, (bytes, bytearray, memoryview)):
+            return bytes(b)
+        raise TypeError(f"codec {codec!r} encode() returned {type(b).__name__}, not bytes")
+    return b
+
+
+def _split(items: Any) -> tuple[list[int], list[bytes]]:
+    """(ids, payloads) of a qs_items, which is then freed."""
+    try:
+        n = items.count
+        if n == 0:
+            return [], []
+        offs = _unpack(items.off, n + 1)
+        data = _unpack(_cast(_char_p, items.data), offs[n]) if offs[n] else b""
+        ids = _unpack(items.ids, n)
+    finally:
+        _qs_items_free(items)
+    if n == 1:
+        return ids, [data]
+    return ids, [data[offs[i]:offs[i + 1]] for i in range(n)]
+
+
+def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
+    if not block:
+        return 0.0
+    if timeout is None:
+        return -1.0
+    t = float(timeout)
+    if not t >= 0:
+        raise ValueError("timeout must be a non-negative number or None")
+    return t
+
+
+class Item:
+    """A reserved item (see :meth:`Queue.reserve`): ``id``, ``payload``,
+    :meth:`ack` and :meth:`release`.  The reservation is this object's: an
+    ack or release through another Item (or after the lease ran out) never
+    touches another consumer's reservation."""
+
+    __slots__ = ("queue", "id", "payload", "_token")
+
+    def __init__(self, queue: "Queue", id: int, payload: Any, token: int) -> None:
+        self.queue = queue
+        self.id = id
+        self.payload = payload
+        self._token = token
+
+    def ack(self) -> None:
+        """Remove the item for good (in the calling thread's transaction, if
+        any).  NotReservedError when the reservation is over."""
+        q = self.queue
+        rc = lib.qs_queue_ack(q._casket._c, q._key, len(q._key), self.id, self._token)
+        if rc:
+            raise error_for(rc, "ack", q._casket.path)
+
+    def release(self) -> None:
+        """Give the item back: it is available again at its place at the
+        front of the queue.  NotReservedError when the reservation is over."""
+        q = self.queue
+        rc = lib.qs_queue_release(q._casket._c, q._key, len(q._key), self.id, self._token)
+        if rc:
+            raise error_for(rc, "release", q._casket.path)
+
+    def __enter__(self) -> "Item":
+        return self
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        """Ack when the block succeeds, release when it raises."""
+        if exc_type is None:
+            self.ack()
+        else:
+            self.release()
+
+    def __repr__(self) -> str:
+        return f"<pyqstore.Item {self.queue.name!r} id={self.id}>"
+
+
+class Queue:
+    """A named FIFO queue in a casket.  Create with ``casket.queue(name)``.
+
+    Items come out in the order they were put.  Operations inside
+    ``casket.transaction()`` are part of it; outside, each call commits on
+    its own (durably when the casket was opened with ``sync=True``).
+    """
+
+    __slots__ = ("_casket", "_key", "_codec", "name")
+
+    def __init__(self, casket: "Casket", name: str, codec: Union[None, str, Codec] = None) -> None:
+        self._key = queue_name(name)
+        self.name = name
+        self._casket = casket
+        self._codec = resolve_codec(codec)
+
+    def __repr__(self) -> str:
+        return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
+
+    def _raise(self, rc: int, op: str) -> None:
+        raise error_for(rc, op, self._casket.path)
+
+    # ------------------------------------------------------------------ put
+
+    def put(self, payload: Any) -> int:
+        """Append one item; returns its id."""
+        codec = self._codec
+        if codec is None:
+            b = payload if type(payload) is bytes else _raw_payload(payload)
+        else:
+            b = _encoded(codec, payload)
+        out = _new("uint64_t *")
+        k = self._key
+        rc = _qs_put(self._casket._c, k, len(k), b, len(b), out)
+        if rc:
+            self._raise(rc, "put")
+        return out[0]
+
+    def put_many(self, payloads: Iterable[Any]) -> int:
+        """Append every payload of the iterable in one call (one transaction
+        unless inside the caller's); returns how many."""
+        codec = self._codec
+        if codec is not None:
+            items = [_encoded(codec, p) for p in payloads]
+        elif isinstance(payloads, list):
+            items = payloads
+        else:
+            items = list(payloads)
+        n = len(items)
+        if n == 0:
+            return 0
+        try:
+            data = b"".join(items)
+            lens = list(map(len, items))
+            if sum(lens) != len(data):  # memoryviews of wider items
+                raise TypeError
+        except TypeError:
+            items = [_raw_payload(p) for p in items]
+            data = b"".join(items)
+            lens = list(map(len, items))
+        offs = array("Q", [0])
+        offs.extend(accumulate(lens))
+        k = self._key
+        rc = lib.qs_queue_put_many(self._casket._c, k, len(k), n, data,
+                                   ffi.from_buffer("uint64_t[]", offs), ffi.NULL)
+        if rc:
+            self._raise(rc, "put_many")
+        return n
+
+    # ------------------------------------------------------------------ get
+
+    def _get(self, n: int, timeout: float, op: str) -> list[Any]:
+        out = _new("qs_items **")
+        k = self._key
+        rc = _qs_get(self._casket._c, k, len(k), n, timeout, out)
+        if rc:
+            if rc == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(rc, op)
+        _, payloads = _split(out[0])
+        codec = self._codec
+        if codec is not None:
+            return [codec.decode(p) for p in payloads]
+        return payloads
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        """Remove and return the oldest available item.  With block (the
+        default) wait up to timeout seconds (None: no limit) for one; raise
+        :class:`pyqstore.Empty` when there is none.  Inside a transaction it
+        never waits."""
+        return self._get(1, _timeout_arg(block, timeout), "get")[0]
+
+    def get_nowait(self) -> Any:
+        """``get(block=False)``."""
+        return self._get(1, 0.0, "get")[0]
+
+    def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[Any]:
+        """Remove and return up to n items, oldest first, in one call.
+        Without block an empty queue gives ``[]``; with block wait up to
+        timeout for at least one item, then ``[]``."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n == 0:
+            return []
+        try:
+            return self._get(n, _timeout_arg(block, timeout), "get_many")
+        except Empty:
+            return []
+
+    def peek(self) -> Any:
+        """The oldest available item without removing it, or None."""
+        got = self.peek_many(1)
+        return got[0] if got else None
+
+    def peek_many(self, n: int) -> list[Any]:
+        """Up to n of the oldest available items, without removing them."""
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        if n == 0:
+            return []
+        out = _new("qs_items **")
+        k = self._key
+        rc = lib.qs_queue_peek(self._casket._c, k, len(k), n, out)
+        if rc:
+            if rc == _NOTFOUND:
+                return []
+            self._raise(rc, "peek")
+        _, payloads = _split(out[0])
+        codec = self._codec
+        if codec is not None:
+            return [codec.decode(p) for p in payloads]
+        return payloads
+
+    # -------------------------------------------------------------- reserve
+
+    def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item:
+        """Reserve the oldest available item (waiting up to timeout seconds,
+        None: no limit) and return it as an :class:`Item`.  Until acked or
+        released it is hidden from every other consumer; it comes back at
+        the front when its lease (seconds) runs out, when this casket handle
+        is closed, or after a crash.  Raises Empty at the timeout."""
+        t = _timeout_arg(True, timeout)
+        if lease is None:
+            lease_s = 0.0
+        else:
+            lease_s = float(lease)
+            if not lease_s > 0:
+                raise ValueError("lease must be a positive number of seconds or None")
+        out = _new("qs_items **")
+        k = self._key
+        rc = lib.qs_queue_reserve(self._casket._c, k, len(k), t, lease_s, out)
+        if rc:
+            if rc == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(rc, "reserve")
+        token = out[0].token
+        ids, payloads = _split(out[0])
+        codec = self._codec
+        payload = codec.decode(payloads[0]) if codec is not None else payloads[0]
+        return Item(self, ids[0], payload, token)
+
+    # ---------------------------------------------------------------- upkeep
+
+    def _count_call(self, fn: Any, op: str) -> int:
+        out = _new("uint64_t *")
+        k = self._key
+        rc = fn(self._casket._c, k, len(k), out)
+        if rc:
+            self._raise(rc, op)
+        return out[0]
+
+    def __len__(self) -> int:
+        """Items available to get (reserved ones not counted).  O(1)."""
+        return self._count_call(lib.qs_queue_len, "len")
+
+    def __bool__(self) -> bool:
+        return True
+
+    def clear(self) -> int:
+        """Remove every available item (reserved ones stay with their
+        consumers); returns how many were removed."""
+        return self._count_call(lib.qs_queue_clear, "clear")
+
+
+def list_queues(casket: "Casket") -> list[tuple[str, int]]:
+    """(name, length) of every queue holding an item, in name order."""
+    out = _new("qs_items **")
+    rc = lib.qs_queue_list(casket._c, out)
+    if rc:
+        raise error_for(rc, "queues", casket.path)
+    lens, names = _split(out[0])
+    return [(n.decode("utf-8", "surrogateescape"), ln) for n, ln in zip(names, lens)]
+
+
+def publish(casket: "Casket", payload: Any, names: Iterable[str],
+            codec: Union[None, str, Codec] = None) -> int:
+    """See Casket.publish."""
+    keys = [queue_name(n) for n in ([names] if isinstance(names, str) else names)]
+    if not keys:
+        raise ValueError("publish needs at least one queue name")
+    if len(set(keys)) != len(keys):
+        raise ValueError("publish: a queue name is given twice")
+    cd = resolve_codec(codec)
+    b = _raw_payload(payload) if cd is None else _encoded(cd, payload)
+    offs = array("Q", [0])
+    offs.extend(accumulate(map(len, keys)))
+    out = _new("uint64_t *")
+    rc = lib.qs_queue_publish(casket._c, len(keys), b"".join(keys),
+                              ffi.from_buffer("uint64_t[]", offs), b, len(b), out)
+    if rc:
+        raise error_for(rc, "publish", casket.path)
+    return out[0]
