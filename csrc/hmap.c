@@ -116,7 +116,7 @@ int hm_del(hm_map *m, uint32_t key)
 
 void hm_clear(hm_map *m)
 {
-    if (m->cap)
+    if (m->len)
         memset(m->keys, 0, m->cap * sizeof *m->keys);
     m->len = 0;
 }
@@ -126,13 +126,4 @@ void hm_free(hm_map *m)
     free(m->keys);
     free(m->vals);
     memset(m, 0, sizeof *m);
-}
-
-int hm_slot(const hm_map *m, size_t i, uint32_t *key, uint64_t *val)
-{
-    if (i >= m->cap || m->keys[i] == 0)
-        return 0;
-    *key = m->keys[i] - 1;
-    *val = m->vals[i];
-    return 1;
 }

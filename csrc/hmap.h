@@ -34,6 +34,13 @@ void hm_free(hm_map *m);
 /* Iteration: slot indexes 0..cap-1; hm_slot returns 1 and fills key/val for
  * an occupied slot.  Do not insert while iterating (deleting the current
  * slot may move a later entry into it: re-examine the same index). */
-int hm_slot(const hm_map *m, size_t i, uint32_t *key, uint64_t *val);
+static inline int hm_slot(const hm_map *m, size_t i, uint32_t *key, uint64_t *val)
+{
+    if (i >= m->cap || m->keys[i] == 0)
+        return 0;
+    *key = m->keys[i] - 1;
+    *val = m->vals[i];
+    return 1;
+}
 
 #endif
