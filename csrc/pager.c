@@ -43,6 +43,29 @@ static void buf_drop(pager *p, pg_buf *b)
 static inline pg_buf *as_buf(uint64_t v) { return (pg_buf *)(uintptr_t)v; }
 static inline uint64_t as_val(pg_buf *b) { return (uint64_t)(uintptr_t)b; }
 
+/* Pages the file grows by in a transaction have no committed image that a
+ * reader or recovery could need, so a big transaction writes them straight
+ * into the main file instead of the log: they are written once instead of
+ * twice (log, then checkpoint).  The main file is synced before the commit
+ * frame is written, so a durable commit never names a page that is not.
+ * A spill or dirty buffer offset with DIRECT set means "in the main file". */
+#define DIRECT (1ull << 63)
+#define DIRECT_MIN 32           /* fresh pages that make a commit go direct */
+
+static inline int is_fresh(const pager *p, uint32_t pgno) { return pgno >= p->meta.npages; }
+
+/* Writes one page image (already stamped) to its place in the main file. */
+static int direct_write(pager *p, pg_buf *b)
+{
+    uint8_t *one = b->data;
+    int rc = pages_write(p->fd, &one, 1, (uint64_t)b->pgno * PG_SIZE);
+    if (rc == 0) {
+        b->off = DIRECT;
+        p->txn_direct++;
+    }
+    return rc;
+}
+
 static void drop_all(pager *p, hm_map *m)
 {
     uint32_t k;
@@ -302,7 +325,13 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
         pg_buf *b = buf_new(p);
         if (!b)
             return QS_NOMEM;
-        int rc = wal_read_frame(&p->log, v, pgno, b->data);
+        int rc;
+        if (v & DIRECT) {
+            rc = pread_page(p->fd, b->data, (uint64_t)pgno * PG_SIZE);
+            if (rc == 0)
+                rc = page_verify(b->data, pgno);
+        } else
+            rc = wal_read_frame(&p->log, v, pgno, b->data);
         if (rc) {
             buf_drop(p, b);
             return rc;
@@ -467,6 +496,7 @@ void pg_begin(pager *p)
     p->wmeta = p->meta;
     p->txn = p->next_txn++;
     p->txn_start = p->txn_end = p->log_end;
+    p->txn_direct = 0;
     p->in_txn = 1;
 }
 
@@ -512,6 +542,12 @@ static int spill(pager *p)
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
         uint64_t off;
+        if (is_fresh(p, b->pgno)) {
+            wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
+            if ((rc = direct_write(p, b)) != 0)
+                goto out;
+            continue;
+        }
         if (!hm_get(&p->spill, b->pgno, &off)) {
             off = p->txn_end;
             p->txn_end += PG_SIZE;
@@ -522,14 +558,13 @@ static int spill(pager *p)
     if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
         goto out;
     for (size_t i = 0; i < n; i++)
-        if (victims[i]->off >= at)
+        if (victims[i]->off >= at && !(victims[i]->off & DIRECT))
             pages[fresh++] = victims[i]->data;
     /* Fresh frames were numbered in victim order, so they are contiguous. */
     if (fresh && (rc = wal_write(&p->log, pages, fresh, at)) != 0)
         goto out;
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (victims[i]->off < at)
-        {
+        if (victims[i]->off < at) {
             uint8_t *one = victims[i]->data;
             rc = wal_write(&p->log, &one, 1, victims[i]->off);
         }
@@ -593,7 +628,7 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
         return 0;
     if (p->dirty.len == 0) {
         /* Everything was spilled: bring one page back to carry the commit. */
-        uint32_t k;
+        uint32_t k = 0;
         uint64_t v;
         uint8_t *unused;
         for (size_t i = 0; i < p->spill.cap; i++)
@@ -613,16 +648,36 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
     uint32_t k;
     uint64_t v;
     size_t j = 0;
-    for (size_t i = 0; i < p->dirty.cap; i++)
+    for (size_t i = 0; i < p->dirty.cap && j < n; i++)
         if (hm_slot(&p->dirty, i, &k, &v))
             bufs[j++] = as_buf(v);
+    /* Pages new to the file go to the main file when there are many (or
+     * some already went there); its sync comes before the commit frame.
+     * The last page always goes to the log: it carries the commit. */
+    size_t nfresh = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        nfresh += is_fresh(p, bufs[i]->pgno);
+    if (p->txn_direct || nfresh >= DIRECT_MIN) {
+        for (size_t i = 0; i + 1 < n; i++)
+            if (is_fresh(p, bufs[i]->pgno)) {
+                wal_stamp(&p->log, bufs[i]->data, bufs[i]->pgno, p->txn, 0, 0, NULL);
+                if ((rc = direct_write(p, bufs[i])) != 0)
+                    goto out;
+            }
+    }
+    if (p->txn_direct && os_datasync(p->fd) != 0) {
+        rc = errno;
+        goto out;
+    }
     /* Rewritten spill frames first (in place), then fresh frames in one
      * contiguous write whose last page is the commit frame. */
     uint64_t at = p->txn_end;
     pg_buf *commit_buf = NULL;
     for (size_t i = 0; i < n; i++) {
         uint64_t off;
-        if (hm_get(&p->spill, bufs[i]->pgno, &off) && i != n - 1) {
+        if (i != n - 1 && (bufs[i]->off & DIRECT))
+            continue;
+        if (hm_get(&p->spill, bufs[i]->pgno, &off) && !(off & DIRECT) && i != n - 1) {
             bufs[i]->off = off;
             wal_stamp(&p->log, bufs[i]->data, bufs[i]->pgno, p->txn, 0, 0, NULL);
             uint8_t *one = bufs[i]->data;
@@ -662,9 +717,11 @@ void pg_publish(pager *p)
 {
     uint32_t k;
     uint64_t v, old;
-    for (size_t i = 0; i < p->dirty.cap; i++) {
+    size_t left = p->dirty.len;
+    for (size_t i = 0; i < p->dirty.cap && left; i++) {
         if (!hm_slot(&p->dirty, i, &k, &v))
             continue;
+        left--;
         pg_buf *b = as_buf(v);
         /* Allocation failures here would lose the index entry; the cache map
          * only replaces in place or grows, so reserve by replacing first. */
@@ -673,18 +730,28 @@ void pg_publish(pager *p)
             hm_put(&p->cache, k, v);
         } else if (hm_put(&p->cache, k, v) != 0)
             buf_drop(p, b);  /* not cached; the log index still finds it */
-        hm_put(&p->logidx, k, b->off);
+        if (b->off & DIRECT) {
+            if (p->main_pages <= k)
+                p->main_pages = (uint64_t)k + 1;
+        } else
+            hm_put(&p->logidx, k, b->off);
     }
-    for (size_t i = 0; i < p->spill.cap; i++) {
+    left = p->spill.len;
+    for (size_t i = 0; i < p->spill.cap && left; i++) {
         if (!hm_slot(&p->spill, i, &k, &v))
             continue;
+        left--;
         if (hm_get(&p->dirty, k, &old))
             continue;
         if (hm_get(&p->cache, k, &old)) {
             hm_del(&p->cache, k);
             buf_drop(p, as_buf(old));
         }
-        hm_put(&p->logidx, k, v);
+        if (v & DIRECT) {
+            if (p->main_pages <= k)
+                p->main_pages = (uint64_t)k + 1;
+        } else
+            hm_put(&p->logidx, k, v);
     }
     hm_clear(&p->dirty);
     hm_clear(&p->spill);

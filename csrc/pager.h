@@ -43,6 +43,7 @@ typedef struct pager {
     hm_map spill;               /* pgno -> offset of its uncommitted frame */
     uint64_t txn, next_txn;
     uint64_t txn_start, txn_end;
+    uint32_t txn_direct;        /* pages it wrote straight to the main file */
     /* spare buffers and statistics */
     pg_buf *spare;
     size_t nspare;

@@ -260,6 +260,11 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth)
 
 int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off)
 {
+    return pages_write(w->fd, pages, n, off);
+}
+
+int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
+{
     enum { BATCH = 64 };
     struct iovec iov[BATCH];
     while (n) {
@@ -269,7 +274,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off)
             iov[i].iov_len = PG_SIZE;
         }
         size_t want = k * PG_SIZE;
-        ssize_t got = pwritev(w->fd, iov, (int)k, (off_t)off);
+        ssize_t got = pwritev(fd, iov, (int)k, (off_t)off);
         if (got < 0) {
             if (errno == EINTR)
                 continue;
@@ -278,7 +283,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off)
         if ((size_t)got != want) {
             /* Short write: finish page by page. */
             for (size_t i = 0; i < k; i++) {
-                int rc = pwrite_full(w->fd, pages[i], PG_SIZE, off + i * PG_SIZE);
+                int rc = pwrite_full(fd, pages[i], PG_SIZE, off + i * PG_SIZE);
                 if (rc)
                     return rc;
             }

@@ -53,6 +53,10 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth);
  * Returns 0 or errno. */
 int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off);
 
+/* Writes n whole pages to fd at off, contiguously (pwritev in batches).
+ * Returns 0 or errno. */
+int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
+
 /* Reads the frame at off into page and checks its checksum and pgno.
  * Returns 0, QS_CORRUPT, or errno. */
 int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page);
