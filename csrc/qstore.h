@@ -323,11 +323,14 @@ int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
                  const void *val, size_t vlen, uint64_t *id);
 
 /* Appends n items in one call and one transaction (or as part of the
- * caller's): item i is vals[voff[i] .. voff[i+1]).  Their ids are
- * *first_id, *first_id + 1, ... (first_id may be NULL).  Checks every item
- * before changing anything. */
+ * caller's): the payloads are concatenated in vals (vals_len bytes), item i
+ * being the lens[i] bytes after item i-1.  Their ids are *first_id,
+ * *first_id + 1, ... (first_id may be NULL).  Checks every item before
+ * changing anything: QS_INVAL when the lengths do not add up to vals_len,
+ * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes. */
 int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
-                      const void *vals, const uint64_t *voff, uint64_t *first_id);
+                      const void *vals, size_t vals_len, const uint32_t *lens,
+                      uint64_t *first_id);
 
 /* Fan-out: stores the payload once and appends a reference to it, under one
  * id, to each of nnames queues (name i is names[noff[i] .. noff[i+1])).  The

@@ -529,9 +529,11 @@ typedef struct put_args {
     uint32_t klen;
     size_t n;
     const uint8_t *vals;
-    const uint64_t *voff;
+    const uint32_t *lens;
     uint64_t first_id;
 } put_args;
+
+#define PUT_CHUNK 1024          /* items between spill checks */
 
 static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
@@ -543,38 +545,15 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         return rc;
     uint64_t id = take_id(bt.p, a->n);
     a->first_id = id;
-    bt_path path;
-    int kept = 0;
-    uint8_t small[1024];
-    uint8_t *big = NULL;
-    size_t bigcap = 0;
-    for (size_t i = 0; i < a->n && rc == 0; i++, id++) {
-        size_t vlen = a->voff[i + 1] - a->voff[i];
-        uint8_t *cell = small;
-        if (vlen + 1 > sizeof small) {
-            if (vlen + 1 > bigcap) {
-                free(big);
-                bigcap = vlen + 1;
-                if (!(big = malloc(bigcap))) {
-                    rc = QS_NOMEM;
-                    break;
-                }
-            }
-            cell = big;
-        }
-        cell[0] = TAG_INLINE;
-        if (vlen)
-            memcpy(cell + 1, a->vals + a->voff[i], vlen);
-        bt_key pk = {a->key, a->klen, id};
-        if (!kept && (rc = bt_seek(&bt, &pk, &path)) != 0 && rc != QS_NOTFOUND)
-            break;
-        rc = bt_insert_next(&bt, &path, &pk, cell, vlen + 1, &kept);
-        if (rc == 0 && (i & 1023) == 1023) {
+    const uint8_t *v = a->vals;
+    for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
+        size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
+        rc = bt_append_run(&bt, a->key, a->klen, id + i, k, TAG_INLINE, v, a->lens + i);
+        for (size_t j = 0; j < k; j++)
+            v += a->lens[i + j];
+        if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
-            kept = 0;
-        }
     }
-    free(big);
     if (rc)
         return rc;
     q->dlen += (int64_t)a->n;
@@ -583,26 +562,28 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     return 0;
 }
 
-static int check_vals(size_t n, const void *vals, const uint64_t *voff)
+static int check_vals(size_t n, const void *vals, size_t vals_len, const uint32_t *lens)
 {
-    if (n && (!voff || (!vals && voff[n] != voff[0])))
+    if (n && !lens)
         return QS_INVAL;
+    if (!vals && vals_len)
+        return QS_INVAL;
+    uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (voff[i + 1] < voff[i])
-            return QS_INVAL;
-        if (voff[i + 1] - voff[i] > (uint64_t)QS_MAX_VALUE - 1)
+        if (lens[i] > (uint64_t)QS_MAX_VALUE - 1)
             return QS_TOOBIG;
+        total += lens[i];
     }
-    return 0;
+    return total == vals_len ? 0 : QS_INVAL;
 }
 
 static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
-                       const uint64_t *voff, uint64_t *first_id)
+                       size_t vals_len, const uint32_t *lens, uint64_t *first_id)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
     if (rc == 0)
-        rc = check_vals(n, vals, voff);
+        rc = check_vals(n, vals, vals_len, lens);
     if (rc)
         return rc;
     if (n == 0) {
@@ -610,7 +591,7 @@ static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
             *first_id = 0;
         return 0;
     }
-    put_args a = {key, (uint32_t)nlen + 1, n, vals, voff, 0};
+    put_args a = {key, (uint32_t)nlen + 1, n, vals, lens, 0};
     rc = cs_write(c, put_fn, &a);
     if (rc == 0 && first_id)
         *first_id = a.first_id;
@@ -620,10 +601,10 @@ static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
 static int do_put(qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen,
                   uint64_t *id)
 {
-    uint64_t off[2] = {0, vlen};
-    if (!val && vlen)
-        return QS_INVAL;
-    return do_put_many(c, name, nlen, 1, val, off, id);
+    if (vlen > (size_t)QS_MAX_VALUE - 1)
+        return QS_TOOBIG;
+    uint32_t len = (uint32_t)vlen;
+    return do_put_many(c, name, nlen, 1, val, vlen, &len, id);
 }
 
 /* ---- publish ------------------------------------------------------------- */
@@ -926,7 +907,7 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     bt_ctx bt = queue_ctx(ubt);
     qq_queue *q;
     size_t mi;
-    int rc = lookup(c, a->key, a->klen, &q);
+    int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc || (rc = find_mark(q, a->id, a->token, &mi)) != 0)
         return rc;
     bt_path path;
@@ -970,7 +951,7 @@ static int do_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, 
         return rc;
     qq_queue *q;
     size_t mi;
-    if ((rc = lookup(c, key, (uint32_t)nlen + 1, &q)) == 0 &&
+    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0 &&
         (rc = find_mark(q, id, token, &mi)) == 0) {
         mark_remove(q, mi);
         recompute_deadline(q);
@@ -1103,7 +1084,7 @@ static int do_records(qs_casket *c, uint64_t *count)
 }
 
 COUNTED(qs_queue_put, (qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen, uint64_t *id), c, c, do_put, (c, name, nlen, val, vlen, id))
-COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, const uint64_t *voff, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, voff, first_id))
+COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, size_t vals_len, const uint32_t *lens, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, vals_len, lens, first_id))
 COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
 COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
 COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))

@@ -12,7 +12,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
 
 from ._qstore import ffi, lib
-from .errors import Empty, error_for
+from .errors import Empty, TooBigError, error_for
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "Item", "Codec", "resolve_codec"]
 
 _NOTFOUND = lib.QS_NOTFOUND
+_INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put = lib.qs_queue_put
 _qs_get = lib.qs_queue_get
@@ -134,6 +135,25 @@ def _encoded(codec: Codec, obj: Any) -> bytes:
             return bytes(b)
         raise TypeError(f"codec {codec!r} encode() returned {type(b).__name__}, not bytes")
     return b
+
+
+_CHUNK = 4096
+
+
+def _pack(items: list[Any]) -> tuple[bytes, array]:
+    """(the payloads concatenated, their lengths as uint32).  The join goes
+    in chunks: one join over a long list walks an array of buffer views
+    far larger than the CPU cache."""
+    join = b"".join
+    if len(items) <= 2 * _CHUNK:
+        data = join(items)
+    else:
+        data = join([join(items[i:i + _CHUNK]) for i in range(0, len(items), _CHUNK)])
+    try:
+        lens = array("I", map(len, items))
+    except OverflowError:
+        raise TooBigError("put_many: a payload is 4 GiB or longer") from None
+    return data, lens
 
 
 def _split(items: Any) -> tuple[list[int], list[bytes]]:
@@ -258,20 +278,23 @@ class Queue:
         n = len(items)
         if n == 0:
             return 0
-        try:
-            data = b"".join(items)
-            lens = list(map(len, items))
-            if sum(lens) != len(data):  # memoryviews of wider items
-                raise TypeError
-        except TypeError:
-            items = [_raw_payload(p) for p in items]
-            data = b"".join(items)
-            lens = list(map(len, items))
-        offs = array("Q", [0])
-        offs.extend(accumulate(lens))
         k = self._key
-        rc = lib.qs_queue_put_many(self._casket._c, k, len(k), n, data,
-                                   ffi.from_buffer("uint64_t[]", offs), ffi.NULL)
+        try:
+            data, lens = _pack(items)
+        except TypeError:
+            data = None
+        if data is not None:
+            rc = lib.qs_queue_put_many(self._casket._c, k, len(k), n, data, len(data),
+                                       ffi.from_buffer("uint32_t[]", lens), ffi.NULL)
+            if rc != _INVAL:
+                if rc:
+                    self._raise(rc, "put_many")
+                return n
+        # Not all bytes/bytearray: str, memoryviews of wider items, or a bad
+        # item (raises TypeError naming it).
+        data, lens = _pack([_raw_payload(p) for p in items])
+        rc = lib.qs_queue_put_many(self._casket._c, k, len(k), n, data, len(data),
+                                   ffi.from_buffer("uint32_t[]", lens), ffi.NULL)
         if rc:
             self._raise(rc, "put_many")
         return n
