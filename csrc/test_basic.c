@@ -62,15 +62,6 @@ static uint64_t count_of(qs_casket *c, const void *k, size_t kn)
     return n;
 }
 
-static int check_ok(qs_casket *c)
-{
-    char msg[512] = "";
-    int rc = qs_check(c, msg, sizeof msg);
-    if (rc != 0)
-        printf("  qs_check: %d (%s): %s\n", rc, qs_strerror(rc), msg);
-    return rc;
-}
-
 static qs_stat stat_of(qs_casket *c)
 {
     qs_stat st;

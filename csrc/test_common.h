@@ -285,4 +285,14 @@ static inline uint32_t tc_le32(const unsigned char *p)
            (uint32_t)p[3] << 24;
 }
 
+/* qs_check, printing the damage it reports. */
+static inline int check_ok(qs_casket *c)
+{
+    char msg[512] = "";
+    int rc = qs_check(c, msg, sizeof msg);
+    if (rc != 0)
+        printf("  qs_check: %d (%s): %s\n", rc, qs_strerror(rc), msg);
+    return rc;
+}
+
 #endif /* TEST_COMMON_H */
