@@ -1,0 +1,490 @@
+"""The ``qstore`` command line: inspect, check, compact, dump and load
+caskets.
+
+    qstore info data.qs
+    qstore queues data.qs --json
+    qstore peek data.qs jobs -n 5 --format utf8
+    qstore check data.qs
+    qstore compact data.qs
+    qstore dump data.qs -o data.jsonl
+    qstore load copy.qs data.jsonl
+
+The commands are thin: each calls the library.  Library errors
+(:class:`pyqstore.Error`) and operating system errors (a missing file, ...)
+become an ``Error: ...`` message and exit status 1 in one place,
+:meth:`_Group.invoke`; no command catches them itself (``check`` alone
+turns :class:`pyqstore.CorruptError` into its "damaged" answer).
+
+Dump format (JSON lines, UTF-8), one object per line::
+
+    {"kind": "record", "key": BYTES, "value": BYTES}
+    {"kind": "item", "queue": "name", "payload": BYTES}
+
+BYTES is a JSON string when the bytes are valid UTF-8 (the string is their
+UTF-8 decoding), and otherwise an object ``{"b64": "<standard base64>"}``.
+Records come first, in key order with a key's duplicates in insertion
+order; then each queue's items (queues in name order, items oldest first).
+``load`` is the exact inverse and also accepts ``{"b64": ...}`` for any
+bytes.  Blank lines are ignored.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from typing import IO, Any, Iterator, Union
+
+import click
+
+import pyqstore
+from pyqstore import Casket, CorruptError, Error
+
+__all__ = ["main", "encode_bytes", "decode_bytes"]
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+# Fields of Casket.stats() shown by `info`, in order, with their labels.
+_INFO_FIELDS = (
+    ("format_version", "format version"),
+    ("page_size", "page size"),
+    ("records", "user records"),
+    ("queues", "queues"),
+    ("queue_items", "queue items"),
+    ("file_bytes", "file size"),
+    ("log_file_bytes", "log size"),
+    ("log_bytes", "log not checkpointed"),
+    ("pages", "pages"),
+    ("free_pages", "free pages"),
+    ("depth", "tree depth"),
+)
+_BYTE_FIELDS = {"page_size", "file_bytes", "log_file_bytes", "log_bytes"}
+
+
+# --------------------------------------------------------------- encoding
+
+
+def encode_bytes(b: bytes) -> Union[str, dict[str, str]]:
+    """The dump encoding of b: its text when valid UTF-8, else
+    ``{"b64": ...}``."""
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(b).decode("ascii")}
+
+
+def decode_bytes(x: Any, what: str) -> bytes:
+    """Inverse of :func:`encode_bytes`; ValueError for anything else."""
+    if isinstance(x, str):
+        try:
+            return x.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what}: string holds a lone surrogate; "
+                             "use {\"b64\": ...} for non-UTF-8 bytes") from None
+    if isinstance(x, dict) and set(x) == {"b64"} and isinstance(x["b64"], str):
+        try:
+            return base64.b64decode(x["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"{what}: invalid base64") from None
+    raise ValueError(f"{what} must be a string or {{\"b64\": \"...\"}}, "
+                     f"not {json.dumps(x)[:60]}")
+
+
+def _json_line(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def _fmt_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n} ({size:.1f} {unit})"
+        size /= 1024
+    return str(n)  # pragma: no cover
+
+
+# ------------------------------------------------------------- error boundary
+
+
+def _describe(e: BaseException) -> str:
+    """One-line message for a library or OS error."""
+    if isinstance(e, OSError) and e.filename is not None:
+        name = os.fsdecode(e.filename)
+        return f"{name}: {e.strerror or e}"
+    return str(e) or type(e).__name__
+
+
+class _Group(click.Group):
+    """The one place where errors become messages: pyqstore.Error and
+    OSError raised by any command turn into a click error (``Error: ...``
+    on stderr, exit status 1) instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # click's own handling of a closed stdout (`| head`)
+        except (Error, OSError) as e:
+            raise click.ClickException(_describe(e)) from None
+
+
+_FILE = click.Path(dir_okay=False, path_type=str)
+
+
+def _open_read(path: str) -> Casket:
+    return pyqstore.open(path, "r")
+
+
+@click.group(cls=_Group, context_settings=_CONTEXT)
+@click.version_option(pyqstore.__version__, prog_name="qstore")
+def main() -> None:
+    """Inspect and maintain pyqstore caskets.
+
+    Errors (a missing file, a locked or damaged casket) are reported as a
+    one-line message with exit status 1.
+
+    \b
+    Example:
+        qstore info data.qs
+    """
+
+
+# ------------------------------------------------------------------- info
+
+
+def _info(c: Casket) -> dict[str, Any]:
+    st = c.stats()
+    lengths = c.queue_lengths()
+    st["queues"] = len(lengths)
+    st["queue_items"] = sum(lengths.values())
+    out: dict[str, Any] = {"path": os.fsdecode(c.path)}
+    out.update((k, st[k]) for k, _ in _INFO_FIELDS)
+    return out
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def info(file: str, as_json: bool) -> None:
+    """Show a casket's format and size statistics.
+
+    Shows the format version, page size, user records (each duplicate
+    counted), number of queues and their items, main file and log sizes,
+    pages, free pages and the depth of the record tree.  The file is
+    opened read-only.  With --json the keys are path, format_version,
+    page_size, records, queues, queue_items, file_bytes, log_file_bytes,
+    log_bytes, pages, free_pages and depth (sizes in bytes).
+
+    \b
+    Example:
+        qstore info data.qs --json
+    """
+    with _open_read(file) as c:
+        d = _info(c)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    width = max(len(label) for _, label in _INFO_FIELDS)
+    click.echo(f"{'path':<{width}}  {d['path']}")
+    for key, label in _INFO_FIELDS:
+        v = d[key]
+        shown = _fmt_bytes(v) if key in _BYTE_FIELDS else str(v)
+        click.echo(f"{label:<{width}}  {shown}")
+
+
+# ----------------------------------------------------------------- queues
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.option("--json", "as_json", is_flag=True,
+              help='Print a JSON list of {"name": ..., "length": ...}.')
+def queues(file: str, as_json: bool) -> None:
+    """List the queues of a casket and their lengths.
+
+    A queue exists while it holds an item; its length counts the items
+    available to get (reserved ones are not counted).  Queues are listed
+    in name order.  The file is opened read-only.
+
+    \b
+    Example:
+        qstore queues data.qs --json
+    """
+    with _open_read(file) as c:
+        lengths = c.queue_lengths()
+    if as_json:
+        click.echo(json.dumps([{"name": n, "length": ln} for n, ln in lengths.items()],
+                              indent=2))
+        return
+    if not lengths:
+        click.echo("(no queues)")
+        return
+    width = max(len("QUEUE"), *(len(n) for n in lengths))
+    lwidth = max(len("LENGTH"), *(len(str(v)) for v in lengths.values()))
+    click.echo(f"{'QUEUE':<{width}}  {'LENGTH':>{lwidth}}")
+    for name, ln in lengths.items():
+        click.echo(f"{name:<{width}}  {ln:>{lwidth}}")
+
+
+# ------------------------------------------------------------------- peek
+
+_PEEK_FORMATS = {
+    "repr": repr,
+    "utf8": lambda b: b.decode("utf-8", "backslashreplace"),
+    "hex": lambda b: b.hex(),
+    "base64": lambda b: base64.b64encode(b).decode("ascii"),
+    "json": lambda b: json.dumps(encode_bytes(b), ensure_ascii=False),
+}
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.argument("queue")
+@click.option("-n", "count", type=click.IntRange(min=0), default=10, show_default=True,
+              help="How many items to show.")
+@click.option("-f", "--format", "fmt", type=click.Choice(list(_PEEK_FORMATS)),
+              default="repr", show_default=True,
+              help="How to print each payload.")
+def peek(file: str, queue: str, count: int, fmt: str) -> None:
+    """Show the first items of a queue without consuming them.
+
+    Prints up to N of the oldest available items of QUEUE, one per line,
+    oldest first.  The file is opened read-only, so nothing is removed.
+
+    \b
+    Formats:
+        repr    Python bytes literal, e.g. b'job\\x001' (default)
+        utf8    the payload decoded as UTF-8, bad bytes as \\xNN escapes
+        hex     lowercase hexadecimal
+        base64  standard base64
+        json    the dump encoding: a JSON string, or {"b64": ...} when
+                the payload is not valid UTF-8
+
+    An empty or unknown queue prints nothing (a note goes to stderr).
+
+    \b
+    Example:
+        qstore peek data.qs jobs -n 5 --format utf8
+    """
+    show = _PEEK_FORMATS[fmt]
+    with _open_read(file) as c:
+        try:
+            q = c.queue(queue)
+        except (TypeError, ValueError) as e:  # a bad name, before any I/O
+            raise click.BadParameter(str(e), param_hint="QUEUE") from None
+        payloads = q.peek_many(count)
+    for p in payloads:
+        click.echo(show(p))
+    if not payloads and count:
+        click.echo(f"queue {queue!r} is empty", err=True)
+
+
+# ------------------------------------------------------------------ check
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+def check(file: str) -> None:
+    """Verify the integrity of a whole casket.
+
+    Prints "ok" and exits with status 0 when the file is sound; prints the
+    description of the first damage found and exits with status 1 when it
+    is not (also when it is too damaged to open, or is not a casket).
+    Other failures (e.g. a missing file) are reported as errors, also with
+    status 1.  The file is opened read-only.
+
+    \b
+    Example:
+        qstore check data.qs && echo sound
+    """
+    try:
+        with _open_read(file) as c:
+            c.check()
+    except CorruptError as e:
+        click.echo(f"damaged: {e}")
+        raise click.exceptions.Exit(1) from None
+    click.echo("ok")
+
+
+# ---------------------------------------------------------------- compact
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+def compact(file: str) -> None:
+    """Rewrite a casket compactly, returning free space to the file system.
+
+    The file must exist; it is opened read-write.  Prints the size of the
+    main file (and its page counts) before and after.
+
+    \b
+    Example:
+        qstore compact data.qs
+    """
+    with pyqstore.open(file, "w") as c:
+        before = c.stats()
+        c.compact()
+        after = c.stats()
+    b, a = before["file_bytes"], after["file_bytes"]
+    click.echo(f"before: {_fmt_bytes(b)}, {before['pages']} pages "
+               f"({before['free_pages']} free)")
+    click.echo(f"after:  {_fmt_bytes(a)}, {after['pages']} pages "
+               f"({after['free_pages']} free)")
+    click.echo(f"saved:  {b - a} bytes")
+
+
+# ------------------------------------------------------------------- dump
+
+
+def _dump_lines(c: Casket) -> Iterator[bytes]:
+    for k, v in c.items():
+        yield _json_line({"kind": "record", "key": encode_bytes(k),
+                          "value": encode_bytes(v)})
+    for name, length in c.queue_lengths().items():
+        if not length:
+            continue
+        for p in c.queue(name).peek_many(length):
+            yield _json_line({"kind": "item", "queue": name, "payload": encode_bytes(p)})
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
+              default="-", help="Write here instead of stdout.")
+def dump(file: str, output: str) -> None:
+    """Write every record and queue item of a casket as JSON lines.
+
+    \b
+    One JSON object per line (UTF-8):
+        {"kind": "record", "key": BYTES, "value": BYTES}
+        {"kind": "item", "queue": "NAME", "payload": BYTES}
+
+    BYTES is a JSON string when the bytes are valid UTF-8, otherwise
+    {"b64": "<base64>"}; so the dump is lossless.  Records come first in
+    key order, a key's duplicates in insertion order; then the items of
+    each queue (in name order), oldest first.  Reserved items are not
+    included.  An item published to several queues appears once per
+    queue.  `qstore load` reads this format back.  The file is opened
+    read-only.
+
+    \b
+    Example:
+        qstore dump data.qs -o data.jsonl
+    """
+    with _open_read(file) as c:
+        with click.open_file(output, "wb") as out:
+            for line in _dump_lines(c):
+                out.write(line)
+
+
+# ------------------------------------------------------------------- load
+
+
+class _Loader:
+    """Applies parsed dump lines to a casket (inside its transaction)."""
+
+    def __init__(self, c: Casket) -> None:
+        self.c = c
+        self.queues: dict[str, pyqstore.Queue] = {}
+        self.records = 0
+        self.items = 0
+
+    def apply(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise ValueError("expected a JSON object")
+        kind = obj.get("kind")
+        if kind == "record":
+            self._fields(obj, {"kind", "key", "value"})
+            self.c.putdup(decode_bytes(obj["key"], "key"),
+                          decode_bytes(obj["value"], "value"))
+            self.records += 1
+        elif kind == "item":
+            self._fields(obj, {"kind", "queue", "payload"})
+            name = obj["queue"]
+            if not isinstance(name, str):
+                raise ValueError("queue must be a string")
+            q = self.queues.get(name)
+            if q is None:
+                q = self.queues[name] = self.c.queue(name)
+            q.put(decode_bytes(obj["payload"], "payload"))
+            self.items += 1
+        else:
+            raise ValueError(f'"kind" must be "record" or "item", not {json.dumps(kind)}')
+
+    @staticmethod
+    def _fields(obj: dict[str, Any], want: set[str]) -> None:
+        missing = want - obj.keys()
+        if missing:
+            raise ValueError(f"missing field(s): {', '.join(sorted(missing))}")
+        extra = obj.keys() - want
+        if extra:
+            raise ValueError(f"unexpected field(s): {', '.join(sorted(extra))}")
+
+
+def _load_into(c: Casket, src: IO[bytes], name: str) -> _Loader:
+    loader = _Loader(c)
+    with c.transaction():  # aborted by any exception below
+        for lineno, raw in enumerate(src, 1):
+            try:
+                text = raw.decode("utf-8")
+                if not text.strip():
+                    continue
+                loader.apply(json.loads(text))
+            except (ValueError, TypeError) as e:
+                # json.JSONDecodeError, UnicodeError and the library's
+                # TooBigError / InvalidArgumentError are all ValueErrors.
+                raise click.ClickException(
+                    f"{name}: line {lineno}: {e}; nothing was loaded") from None
+    return loader
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.argument("input", type=click.File("rb"), default="-", required=False)
+def load(file: str, input: IO[bytes]) -> None:
+    """Add the records and queue items of a dump to a casket.
+
+    Reads JSON lines as written by `qstore dump` from INPUT (default:
+    stdin) and adds them to FILE, which is created if missing, in a single
+    transaction: records are added with putdup (after any values their
+    keys already have), items are appended to their queues in input order.
+    On a malformed line the error names the line number, the transaction
+    is aborted so nothing is loaded, and the exit status is 1 (a FILE
+    created by this command is removed again when it is still empty).
+
+    \b
+    Example:
+        qstore dump old.qs | qstore load new.qs
+        qstore load new.qs data.jsonl
+    """
+    existed = os.path.lexists(file)
+    name = getattr(input, "name", "-")
+    name = "<stdin>" if not isinstance(name, str) or name in ("<stdin>", "-") else name
+    c = pyqstore.open(file, "c")
+    try:
+        loader = _load_into(c, input, name)
+    except BaseException:
+        _discard_if_new(c, existed)
+        raise
+    c.close()
+    click.echo(f"loaded {loader.records} records and {loader.items} queue items "
+               f"into {file}", err=True)
+
+
+def _discard_if_new(c: Casket, existed: bool) -> None:
+    """Close c; remove its files when this command created them and they
+    hold nothing."""
+    try:
+        empty = not existed and c.stats()["records"] == 0 and not c.queues()
+    finally:
+        c.close()
+    if empty:
+        for p in (c.path, os.fsdecode(c.path) + "-log"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
+if __name__ == "__main__":
+    main(prog_name="qstore")
