@@ -975,12 +975,14 @@ int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, s
     return insert_impl(c, path, k, val, vlen, kept);
 }
 
-int bt_append_run(bt_ctx *c, const uint8_t *key, uint32_t klen, uint64_t seq0, size_t n,
-                  uint8_t tag, const uint8_t *vals, const uint32_t *lens)
+int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, uint32_t klen,
+                  uint64_t seq0, size_t n, uint8_t tag, const uint8_t *vals,
+                  const uint32_t *lens)
 {
-    bt_path path;
-    int valid = 0, rc;
+    bt_path path = *pathp;
+    int valid = *validp && path.depth > 0, rc;
     size_t i = 0;
+    *validp = 0;
     const uint8_t *v = vals;
     uint8_t cell[MAX_CELL];
     while (i < n) {
@@ -1042,6 +1044,8 @@ int bt_append_run(bt_ctx *c, const uint8_t *key, uint32_t klen, uint64_t seq0, s
         v += lens[i];
         i++;
     }
+    *pathp = path;
+    *validp = valid;
     return 0;
 }
 

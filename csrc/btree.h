@@ -83,9 +83,13 @@ int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, s
  * the lens[i] bytes following value i-1 in vals, in one pass: leaves are
  * filled in place and the counts above each updated once.  The records
  * must all sort after every record of key and before the next key (as
- * appending ids to a queue does). */
-int bt_append_run(bt_ctx *c, const uint8_t *key, uint32_t klen, uint64_t seq0, size_t n,
-                  uint8_t tag, const uint8_t *vals, const uint32_t *lens);
+ * appending ids to a queue does).  *path is used without seeking when
+ * *valid (the caller vouches that it is where the first record goes: the
+ * tree unchanged since a previous call left it there); on success *valid
+ * says whether *path is left just past the last record inserted. */
+int bt_append_run(bt_ctx *c, bt_path *path, int *valid, const uint8_t *key, uint32_t klen,
+                  uint64_t seq0, size_t n, uint8_t tag, const uint8_t *vals,
+                  const uint32_t *lens);
 
 /* Appends a value to key, with the file's next sequence number (so after
  * every value the key has).  *seq_out (may be NULL) gets it. */

@@ -1246,6 +1246,7 @@ static int do_compact(qs_casket *c)
         c->pg = fresh;
         c->fd = newfd;
         c->version++;
+        qq_invalidate(c);
     } else {
         /* Our pager still points at the replaced file: writing there would
          * be lost, so refuse writes; reads see the last commit. */

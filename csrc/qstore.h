@@ -311,6 +311,9 @@ typedef struct qs_items {
                                    data[off[i] .. off[i+1]) */
     uint8_t *data;              /* payloads (qs_queue_list: names) */
     uint64_t token;             /* qs_queue_reserve: the reservation */
+    uint64_t same_size;         /* every item is this many bytes long, or
+                                   UINT64_MAX when lengths differ (lets a
+                                   binding split data in one step) */
 } qs_items;
 
 /* Releases items.  NULL is ignored. */

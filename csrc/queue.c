@@ -50,6 +50,11 @@ typedef struct qq_queue {
     double min_deadline;        /* earliest lease end, INFINITY if none */
     uint64_t gen;               /* bumped when items may have become available */
     pthread_cond_t cond;
+    /* Where the next put goes: valid while tail_mods == registry mods,
+     * i.e. no other change to the queue tree since (saves a seek). */
+    bt_path tail;
+    uint64_t tail_mods;
+    int tail_ok;
 } qq_queue;
 
 typedef struct qq_registry {
@@ -57,6 +62,7 @@ typedef struct qq_registry {
     size_t cap, n;
     qq_queue *touched;
     uint64_t next_token;
+    uint64_t mods;              /* bumped by every change to the queue tree */
 } qq_registry;
 
 /* ---- the registry ---------------------------------------------------------- */
@@ -188,8 +194,21 @@ static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue
     return rc;
 }
 
+/* The queue tree changed: every remembered put position is stale. */
+static void modified(qs_casket *c)
+{
+    if (c->queues)
+        c->queues->mods++;
+}
+
+void qq_invalidate(qs_casket *c)
+{
+    modified(c);
+}
+
 static void touch(qs_casket *c, qq_queue *q)
 {
+    modified(c);
     if (!q->touched) {
         q->touched = 1;
         q->tnext = c->queues->touched;
@@ -295,6 +314,8 @@ void qq_txn_end(qs_casket *c, int committed)
     qq_registry *r = c->queues;
     if (!r)
         return;
+    if (!committed)
+        r->mods++;
     for (qq_queue *q = r->touched, *nx; q; q = nx) {
         nx = q->tnext;
         int back = 0;
@@ -341,6 +362,7 @@ typedef struct outbuf {
     bt_buf data;
     uint64_t *ids, *off;
     size_t n, cap;
+    uint64_t same;          /* the common length so far, UINT64_MAX: none */
 } outbuf;
 
 static int out_begin(outbuf *o)
@@ -366,6 +388,11 @@ static void out_end(outbuf *o, uint64_t id)
 {
     o->ids[o->n++] = id;
     o->off[o->n] = o->data.len;
+    uint64_t len = o->off[o->n] - o->off[o->n - 1];
+    if (o->n == 1)
+        o->same = len;
+    else if (o->same != len)
+        o->same = UINT64_MAX;
 }
 
 static void out_drop(outbuf *o)
@@ -393,6 +420,7 @@ static int out_finish(outbuf *o, uint64_t token, qs_items **out)
     it->off = o->off;
     it->data = o->data.data;
     it->token = token;
+    it->same_size = o->n ? o->same : 0;
     *out = it;
     return 0;
 }
@@ -546,19 +574,23 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     uint64_t id = take_id(bt.p, a->n);
     a->first_id = id;
     const uint8_t *v = a->vals;
+    int valid = q->tail_ok && q->tail_mods == c->queues->mods;
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
-        rc = bt_append_run(&bt, a->key, a->klen, id + i, k, TAG_INLINE, v, a->lens + i);
+        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, v,
+                           a->lens + i);
         for (size_t j = 0; j < k; j++)
             v += a->lens[i + j];
         if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
     }
+    touch(c, q);
+    q->tail_ok = rc == 0 && valid;
+    q->tail_mods = c->queues->mods;
     if (rc)
         return rc;
     q->dlen += (int64_t)a->n;
     q->txn_put = 1;
-    touch(c, q);
     return 0;
 }
 

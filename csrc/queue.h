@@ -9,6 +9,9 @@
  * readers waiting for items that became available. */
 void qq_txn_end(qs_casket *c, int committed);
 
+/* The pages under the queue tree changed wholesale (compaction). */
+void qq_invalidate(qs_casket *c);
+
 /* Wakes every blocked queue reader (the casket is closing). */
 void qq_wake_all(qs_casket *c);
 
