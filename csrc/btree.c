@@ -13,6 +13,8 @@
 #define H_RCOUNT 16
 #define H_SIZE 24u
 #define CAPACITY (PG_USABLE - H_SIZE)
+_Static_assert(H_NCELLS == TREE_NCELLS && H_CSTART == TREE_CSTART && H_SIZE == TREE_HDR,
+               "the log's view of the tree page header (pagefmt.h) matches btree.c");
 
 /* Leaf cell. */
 #define L_KLEN 0

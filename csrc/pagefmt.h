@@ -51,6 +51,34 @@ static inline void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
+/* Tree page header fields the log needs (btree.c owns the rest): the cell
+ * count and the start of the cell area.  Between the cell pointer array and
+ * the cell area lies the page's free gap. */
+#define TREE_NCELLS 2u
+#define TREE_CSTART 4u
+#define TREE_HDR 24u
+
+/* The bytes [*start, *end) of a page image that carry nothing: a tree
+ * page's free gap, or the zeros that end any other page's usable area.
+ * Log frames leave them out and page checksums skip them, so a tree page's
+ * gap may hold anything in memory (it reads back as zeros from the log). */
+static inline void page_hole(const uint8_t *pg, uint32_t *start, uint32_t *end)
+{
+    if (pg[0] == PT_LEAF || pg[0] == PT_INTERIOR) {
+        uint32_t lo = TREE_HDR + 2u * rd16(pg + TREE_NCELLS), hi = rd16(pg + TREE_CSTART);
+        if (lo <= hi && hi <= PG_USABLE) {
+            *start = lo;
+            *end = hi;
+            return;
+        }
+    }
+    uint32_t e = PG_USABLE;
+    while (e >= 8 && rd64(pg + e - 8) == 0)
+        e -= 8;
+    *start = e;
+    *end = PG_USABLE;
+}
+
 static inline void meta_store(uint8_t *p, const pg_meta *m)
 {
     wr32(p, m->npages);

@@ -497,6 +497,7 @@ void pg_begin(pager *p)
     p->txn = p->next_txn++;
     p->txn_start = p->txn_end = p->log_end;
     p->txn_direct = 0;
+    p->txn_frames = 0;
     p->in_txn = 1;
 }
 
@@ -535,41 +536,27 @@ static int spill(pager *p)
         b->ref = 2;
         victims[n++] = b;
     }
-    /* Pages that were spilled before overwrite their own frame; the rest
-     * go after the transaction's last frame, in one write. */
+    /* Frames are appended after the transaction's last one, in one write
+     * (a page spilled again gets a new frame; recovery keeps the last). */
     size_t fresh = 0;
     uint64_t at = p->txn_end;
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
-        uint64_t off;
+        wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
         if (is_fresh(p, b->pgno)) {
-            wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
             if ((rc = direct_write(p, b)) != 0)
                 goto out;
             continue;
         }
-        if (!hm_get(&p->spill, b->pgno, &off)) {
-            off = p->txn_end;
-            p->txn_end += PG_SIZE;
-        }
-        b->off = off;
-        wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
+        b->off = p->txn_end;
+        p->txn_end += wal_frame_len(b->data);
+        pages[fresh++] = b->data;
     }
     if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
         goto out;
-    for (size_t i = 0; i < n; i++)
-        if (victims[i]->off >= at && !(victims[i]->off & DIRECT))
-            pages[fresh++] = victims[i]->data;
-    /* Fresh frames were numbered in victim order, so they are contiguous. */
-    if (fresh && (rc = wal_write(&p->log, pages, fresh, at)) != 0)
+    if (fresh && (rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
         goto out;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        if (victims[i]->off < at) {
-            uint8_t *one = victims[i]->data;
-            rc = wal_write(&p->log, &one, 1, victims[i]->off);
-        }
-    if (rc)
-        goto out;
+    p->txn_frames += (uint32_t)fresh;
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
         if (hm_put(&p->spill, b->pgno, b->off) != 0) {
@@ -669,40 +656,28 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
         rc = errno;
         goto out;
     }
-    /* Rewritten spill frames first (in place), then fresh frames in one
-     * contiguous write whose last page is the commit frame. */
-    uint64_t at = p->txn_end;
-    pg_buf *commit_buf = NULL;
+    /* The other pages as frames after the transaction's spilled ones, in
+     * one write whose last frame is the commit frame. */
+    uint64_t at = p->txn_end, end = at;
     for (size_t i = 0; i < n; i++) {
-        uint64_t off;
         if (i != n - 1 && (bufs[i]->off & DIRECT))
             continue;
-        if (hm_get(&p->spill, bufs[i]->pgno, &off) && !(off & DIRECT) && i != n - 1) {
-            bufs[i]->off = off;
-            wal_stamp(&p->log, bufs[i]->data, bufs[i]->pgno, p->txn, 0, 0, NULL);
-            uint8_t *one = bufs[i]->data;
-            if ((rc = wal_write(&p->log, &one, 1, off)) != 0)
-                goto out;
-        } else {
-            bufs[i]->off = at + (uint64_t)fresh * PG_SIZE;
-            fresh_bufs[fresh] = bufs[i];
-            pages[fresh++] = bufs[i]->data;
-            commit_buf = bufs[i];
-        }
+        fresh_bufs[fresh] = bufs[i];
+        pages[fresh++] = bufs[i]->data;
     }
-    /* bufs[n-1] always goes fresh, so commit_buf is the last fresh page. */
-    uint64_t end = at + (uint64_t)fresh * PG_SIZE;
-    uint32_t nframes = (uint32_t)((end - p->txn_start) / PG_SIZE);
+    uint32_t nframes = p->txn_frames + (uint32_t)fresh;
     p->wmeta.txn = p->txn;
     for (size_t i = 0; i < fresh; i++) {
         pg_buf *b = fresh_bufs[i];
-        int last = b == commit_buf;
+        int last = i == fresh - 1;
         wal_stamp(&p->log, b->data, b->pgno, p->txn, last ? TR_FLAG_COMMIT : 0,
                   nframes, &p->wmeta);
+        b->off = end;
+        end += wal_frame_len(b->data);
     }
     if ((rc = wal_reserve(&p->log, end, sync_growth)) != 0)
         goto out;
-    if ((rc = wal_write(&p->log, pages, fresh, at)) != 0)
+    if ((rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
         goto out;
     p->txn_end = end;
     *wrote = 1;

@@ -44,6 +44,7 @@ typedef struct pager {
     uint64_t txn, next_txn;
     uint64_t txn_start, txn_end;
     uint32_t txn_direct;        /* pages it wrote straight to the main file */
+    uint32_t txn_frames;        /* frames it spilled to the log */
     /* spare buffers and statistics */
     pg_buf *spare;
     size_t nspare;

@@ -1,6 +1,10 @@
-/* wal.c -- the log.  The header and every frame are one page each, so all
- * writes are page aligned and a frame can never share a block with
- * another. */
+/* wal.c -- the log: a one-page header, then frames.  A frame is a page
+ * image without its hole (pagefmt.h, page_hole): an 8-byte header (magic,
+ * hole start, hole end), the bytes before the hole, the bytes after it
+ * (trailer included).  A commit of one small change so writes a few hundred
+ * bytes instead of a page, and later frames share the page cache page; like
+ * SQLite's WAL this relies on a write never damaging bytes of a sector it
+ * does not write ("powersafe overwrite"). */
 #include "wal.h"
 #include "osdep.h"
 #include "checksum.h"
@@ -13,16 +17,30 @@
 #include <unistd.h>
 
 #define CK_SEED 0x7173746f72650001ULL
-#define SCAN_CHUNK_PAGES 64u
+#define FRAME_MAGIC 0x52465351u         /* "QSFR" */
+#define FRAME_HDR 8u
+#define FRAME_MAX (FRAME_HDR + PG_SIZE)
+#define SCAN_BUF (256u << 10)
+
+/* The checksum covers the page without its hole (and names the hole's
+ * bounds): hashing only what a page holds makes a commit of a small change
+ * cheap, and the hole is never read, written to the log, or trusted. */
+static uint64_t page_sum(const uint8_t *page)
+{
+    uint32_t hs, he;
+    page_hole(page, &hs, &he);
+    uint64_t h = ck_sum64(page, hs, CK_SEED ^ ((uint64_t)hs << 32 | he));
+    return ck_sum64(page + he, TR_CHECKSUM - he, h);
+}
 
 void page_seal(uint8_t *page)
 {
-    wr64(page + TR_CHECKSUM, ck_sum64(page, TR_CHECKSUM, CK_SEED));
+    wr64(page + TR_CHECKSUM, page_sum(page));
 }
 
 int page_verify(const uint8_t *page, uint32_t pgno)
 {
-    if (rd64(page + TR_CHECKSUM) != ck_sum64(page, TR_CHECKSUM, CK_SEED))
+    if (rd64(page + TR_CHECKSUM) != page_sum(page))
         return QS_CORRUPT;
     if (rd32(page + TR_PGNO) != pgno)
         return QS_CORRUPT;
@@ -167,6 +185,33 @@ static int pending_add(pending *p, uint32_t pgno, uint64_t off)
     return 0;
 }
 
+uint32_t wal_frame_len(const uint8_t *page)
+{
+    uint32_t hs, he;
+    page_hole(page, &hs, &he);
+    return FRAME_HDR + PG_SIZE - (he - hs);
+}
+
+/* Rebuilds the page image of the frame in buf (avail bytes of it): 0 and
+ * *len set, or QS_CORRUPT when it is not a whole, valid-looking frame.  The
+ * checksum is the caller's to verify. */
+static int frame_decode(const uint8_t *buf, size_t avail, uint8_t *page, uint32_t *len)
+{
+    if (avail < FRAME_HDR || rd32(buf) != FRAME_MAGIC)
+        return QS_CORRUPT;
+    uint32_t hs = rd16(buf + 4), he = rd16(buf + 6);
+    if (hs > he || he > PG_USABLE)
+        return QS_CORRUPT;
+    uint32_t n = FRAME_HDR + PG_SIZE - (he - hs);
+    if (avail < n)
+        return QS_CORRUPT;
+    memcpy(page, buf + FRAME_HDR, hs);
+    memset(page + hs, 0, he - hs);
+    memcpy(page + he, buf + FRAME_HDR + hs, PG_SIZE - he);
+    *len = n;
+    return 0;
+}
+
 int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
 {
     memset(rec, 0, sizeof *rec);
@@ -175,56 +220,55 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
     if (fstat(w->fd, &st) != 0)
         return errno;
     uint64_t size = (uint64_t)st.st_size;
-    uint8_t *buf = malloc((size_t)SCAN_CHUNK_PAGES * PG_SIZE);
-    if (!buf)
+    uint8_t *buf = malloc(SCAN_BUF), *page = malloc(PG_SIZE);
+    if (!buf || !page) {
+        free(buf);
+        free(page);
         return QS_NOMEM;
+    }
     pending pend = {0};
     uint64_t last_txn = w->base_txn, cur_txn = 0;
-    int rc = 0, stop = 0;
-    for (uint64_t off = PG_SIZE; !stop && off + PG_SIZE <= size;) {
-        size_t npages = (size_t)((size - off) / PG_SIZE);
-        if (npages > SCAN_CHUNK_PAGES)
-            npages = SCAN_CHUNK_PAGES;
-        rc = pread_full(w->fd, buf, npages * PG_SIZE, off);
-        if (rc)
+    uint64_t bstart = 0, blen = 0;      /* buf holds file bytes [bstart, bstart + blen) */
+    int rc = 0;
+    for (uint64_t off = PG_SIZE; off + FRAME_HDR <= size;) {
+        if (off + FRAME_MAX > bstart + blen && bstart + blen < size) {
+            blen = size - off < SCAN_BUF ? size - off : SCAN_BUF;
+            bstart = off;
+            if ((rc = pread_full(w->fd, buf, (size_t)blen, off)) != 0)
+                break;
+        }
+        uint32_t len;
+        if (frame_decode(buf + (off - bstart), (size_t)(bstart + blen - off), page, &len) != 0)
             break;
-        for (size_t i = 0; i < npages; i++, off += PG_SIZE) {
-            const uint8_t *f = buf + i * PG_SIZE;
-            uint32_t pgno = rd32(f + TR_PGNO);
-            uint64_t txn = rd64(f + TR_TXN);
-            if (page_verify(f, pgno) != 0 || pgno == 0 || rd64(f + TR_SALT) != w->salt ||
-                txn <= last_txn || (pend.n > 0 && txn != cur_txn)) {
-                stop = 1;
+        uint32_t pgno = rd32(page + TR_PGNO);
+        uint64_t txn = rd64(page + TR_TXN);
+        if (page_verify(page, pgno) != 0 || pgno == 0 || rd64(page + TR_SALT) != w->salt ||
+            txn <= last_txn || (pend.n > 0 && txn != cur_txn))
+            break;
+        cur_txn = txn;
+        if ((rc = pending_add(&pend, pgno, off)) != 0)
+            break;
+        off += len;
+        if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
+            if (rd32(page + TR_NFRAMES) != pend.n)
                 break;
-            }
-            cur_txn = txn;
-            if ((rc = pending_add(&pend, pgno, off)) != 0) {
-                stop = 1;
+            for (size_t j = 0; j < pend.n && rc == 0; j++)
+                if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0)
+                    rc = QS_NOMEM;
+            if (rc)
                 break;
-            }
-            if (rd32(f + TR_FLAGS) & TR_FLAG_COMMIT) {
-                if (rd32(f + TR_NFRAMES) != pend.n) {
-                    stop = 1;
-                    break;
-                }
-                for (size_t j = 0; j < pend.n; j++)
-                    if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0) {
-                        rc = QS_NOMEM;
-                        stop = 1;
-                        break;
-                    }
-                meta_load(f + TR_META, &rec->meta);
-                rec->found_commit = 1;
-                rec->end = off + PG_SIZE;
-                rec->frames += pend.n;
-                last_txn = txn;
-                pend.n = 0;
-            }
+            meta_load(page + TR_META, &rec->meta);
+            rec->found_commit = 1;
+            rec->end = off;
+            rec->frames += pend.n;
+            last_txn = txn;
+            pend.n = 0;
         }
     }
     free(pend.pgno);
     free(pend.off);
     free(buf);
+    free(page);
     w->alloc = size;
     return rc;
 }
@@ -258,9 +302,63 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth)
     return rc;
 }
 
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off)
+/* pwritev until every byte of iov[0..cnt) is written (iov is consumed). */
+static int pwritev_full(int fd, struct iovec *iov, int cnt, uint64_t off)
 {
-    return pages_write(w->fd, pages, n, off);
+    while (cnt > 0) {
+        ssize_t got = pwritev(fd, iov, cnt, (off_t)off);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        off += (uint64_t)got;
+        while (cnt > 0 && (size_t)got >= iov->iov_len) {
+            got -= (ssize_t)iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + got;
+            iov->iov_len -= (size_t)got;
+        }
+    }
+    return 0;
+}
+
+int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs)
+{
+    enum { BATCH = 128 };       /* frames per pwritev: 3 iovecs each */
+    struct iovec iov[3 * BATCH];
+    uint8_t hdr[BATCH][FRAME_HDR];
+    while (n) {
+        size_t k = n < BATCH ? n : BATCH;
+        int cnt = 0;
+        uint64_t at = off;
+        for (size_t i = 0; i < k; i++) {
+            uint32_t hs, he;
+            page_hole(pages[i], &hs, &he);
+            wr32(hdr[i], FRAME_MAGIC);
+            wr16(hdr[i] + 4, (uint16_t)hs);
+            wr16(hdr[i] + 6, (uint16_t)he);
+            iov[cnt++] = (struct iovec){hdr[i], FRAME_HDR};
+            if (hs)
+                iov[cnt++] = (struct iovec){pages[i], hs};
+            iov[cnt++] = (struct iovec){pages[i] + he, PG_SIZE - he};
+            if (offs)
+                offs[i] = at;
+            at += FRAME_HDR + PG_SIZE - (he - hs);
+        }
+        int rc = pwritev_full(w->fd, iov, cnt, off);
+        if (rc)
+            return rc;
+        pages += k;
+        if (offs)
+            offs += k;
+        n -= k;
+        off = at;
+    }
+    return 0;
 }
 
 int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
@@ -269,38 +367,36 @@ int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
     struct iovec iov[BATCH];
     while (n) {
         size_t k = n < BATCH ? n : BATCH;
-        for (size_t i = 0; i < k; i++) {
-            iov[i].iov_base = pages[i];
-            iov[i].iov_len = PG_SIZE;
-        }
-        size_t want = k * PG_SIZE;
-        ssize_t got = pwritev(fd, iov, (int)k, (off_t)off);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if ((size_t)got != want) {
-            /* Short write: finish page by page. */
-            for (size_t i = 0; i < k; i++) {
-                int rc = pwrite_full(fd, pages[i], PG_SIZE, off + i * PG_SIZE);
-                if (rc)
-                    return rc;
-            }
-        }
+        for (size_t i = 0; i < k; i++)
+            iov[i] = (struct iovec){pages[i], PG_SIZE};
+        int rc = pwritev_full(fd, iov, (int)k, off);
+        if (rc)
+            return rc;
         pages += k;
         n -= k;
-        off += want;
+        off += (uint64_t)k * PG_SIZE;
     }
     return 0;
 }
 
 int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page)
 {
-    int rc = pread_full(w->fd, page, PG_SIZE, off);
-    if (rc)
-        return rc;
-    return page_verify(page, pgno);
+    uint8_t buf[FRAME_MAX];
+    size_t got = 0;
+    while (got < FRAME_MAX) {
+        ssize_t r = pread(w->fd, buf + got, FRAME_MAX - got, (off_t)(off + got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (r == 0)
+            break;      /* the last frame of the file may be short of FRAME_MAX */
+        got += (size_t)r;
+    }
+    uint32_t len;
+    int rc = frame_decode(buf, got, page, &len);
+    return rc ? rc : page_verify(page, pgno);
 }
 
 int wal_sync(wal *w)

@@ -1,6 +1,7 @@
 /* wal.h -- the log file NAME-log (wal_ prefix): its header, frame writes,
- * the recovery scan, growth and reset.  Frames are whole pages whose trailer
- * (pagefmt.h) says which page, transaction and generation they belong to. */
+ * the recovery scan, growth and reset.  A frame is a page image without its
+ * hole (see wal.c); the page's trailer (pagefmt.h) says which page,
+ * transaction and generation it belongs to. */
 #ifndef QS_WAL_H
 #define QS_WAL_H
 #include <stdint.h>
@@ -49,16 +50,20 @@ void wal_stamp(const wal *w, uint8_t *page, uint32_t pgno, uint64_t txn,
  * sync_growth.  Returns 0 or errno. */
 int wal_reserve(wal *w, uint64_t end, int sync_growth);
 
-/* Writes n frames (pages[i], stamped) contiguously at offset off.
- * Returns 0 or errno. */
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off);
+/* Bytes of the frame for a stamped page image. */
+uint32_t wal_frame_len(const uint8_t *page);
+
+/* Writes n frames (pages[i], stamped) one after another from offset off;
+ * offs[i] (offs may be NULL) gets frame i's offset.  The frames end at off
+ * plus the sum of their wal_frame_len.  Returns 0 or errno. */
+int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs);
 
 /* Writes n whole pages to fd at off, contiguously (pwritev in batches).
  * Returns 0 or errno. */
 int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
 
-/* Reads the frame at off into page and checks its checksum and pgno.
- * Returns 0, QS_CORRUPT, or errno. */
+/* Reads the frame at off into page (a whole page image) and checks its
+ * checksum and pgno.  Returns 0, QS_CORRUPT, or errno. */
 int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page);
 
 /* fdatasync of the log.  Returns 0 or errno. */

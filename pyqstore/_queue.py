@@ -29,6 +29,7 @@ _qs_put = lib.qs_queue_put
 _qs_get = lib.qs_queue_get
 _qs_items_free = lib.qs_items_free
 _unpack = ffi.unpack
+_buffer = ffi.buffer
 # Per-thread scratch out-parameters for the hottest calls.
 _tls = threading.local()
 _new = ffi.new
@@ -340,16 +341,35 @@ class Queue:
             return [codec.decode(p) for p in payloads]
         return payloads
 
+    def _get_one(self, timeout: float) -> Any:
+        # get()'s own path: one item, no lists, a per-thread out-parameter.
+        try:
+            out = _tls.items
+        except AttributeError:
+            out = _tls.items = _new("qs_items **")
+        rc = _qs_get(self._c, self._key, self._klen, 1, timeout, out)
+        if rc:
+            if rc == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(rc, "get")
+        it = out[0]
+        try:
+            payload = _buffer(it.data, it.off[1])[:]
+        finally:
+            _qs_items_free(it)
+        codec = self._codec
+        return payload if codec is None else codec.decode(payload)
+
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
         """Remove and return the oldest available item.  With block (the
         default) wait up to timeout seconds (None: no limit) for one; raise
         :class:`pyqstore.Empty` when there is none.  Inside a transaction it
         never waits."""
-        return self._get(1, _timeout_arg(block, timeout), "get")[0]
+        return self._get_one(_timeout_arg(block, timeout))
 
     def get_nowait(self) -> Any:
         """``get(block=False)``."""
-        return self._get(1, 0.0, "get")[0]
+        return self._get_one(0.0)
 
     def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[Any]:
         """Remove and return up to n items, oldest first, in one call.
