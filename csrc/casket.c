@@ -355,7 +355,8 @@ static int write_core(qs_casket *c, write_fn fn, void *arg)
     c->version++;
     int trc = pg_trim(&c->pg, 1);
     pthread_mutex_unlock(&c->mu);
-    int refusal = rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND;
+    int refusal = rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
+                  rc == QS_NOTRESERVED;
     if (rc == 0 && trc)
         rc = trc;
     if (!own) {
