@@ -11,8 +11,9 @@ each backend on a fresh file in the same run:
   put        per-item puts inside one synced transaction (Queue.put;
              txn.put(append=True); execute(INSERT))
   drain      removing --drain items in batches of 1000, each batch its own
-             synced transaction (Queue.get_many(1000); a cursor reading and
-             deleting; SELECT ... LIMIT 1000 then DELETE WHERE id <= last)
+             transaction, sync off (Queue.get_many(1000); a cursor reading and
+             deleting; SELECT ... LIMIT 1000 then DELETE WHERE id <= last);
+             --drain-sync syncs every batch instead
   churn      one put then one get, each committed on its own, sync off
              (Queue.put + get_nowait; two write transactions; INSERT, then
              SELECT + DELETE in one BEGIN IMMEDIATE transaction)
@@ -102,8 +103,11 @@ def pq_put(d: str, pay: list[bytes]) -> float:
     return t.s
 
 
+DRAIN_SYNC = False
+
+
 def pq_drain(d: str, pay: list[bytes]) -> float:
-    c = pq_open(d, True)
+    c = pq_open(d, DRAIN_SYNC)
     q = c.queue("port")
     q.put_many(pay)
     n = 0
@@ -167,7 +171,7 @@ def lm_fill(env, pay: list[bytes]) -> None:
 
 
 def lm_drain(d: str, pay: list[bytes]) -> float:
-    env = lm_open(d, True, len(pay))
+    env = lm_open(d, DRAIN_SYNC, len(pay))
     lm_fill(env, pay)
     n = 0
     with Timer() as t:
@@ -240,7 +244,7 @@ def sq_put(d: str, pay: list[bytes]) -> float:
 
 
 def sq_drain(d: str, pay: list[bytes]) -> float:
-    con = sq_open(d, True)
+    con = sq_open(d, DRAIN_SYNC)
     con.execute("BEGIN")
     con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
     con.execute("COMMIT")
@@ -344,7 +348,7 @@ def breakdown(pay: list[bytes], base: str) -> dict[str, float]:
             get, free = lib.qs_queue_get, lib.qs_items_free
             while get(h, b"port", 4, 1000, 0.0, pp) == 0:
                 free(pp[0])
-        out["drain: C calls only (get_many(1000), sync)"] = t.s / n * 1e9
+        out["drain: C calls only (get_many(1000), synced batches)"] = t.s / n * 1e9
         c.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -357,11 +361,15 @@ def main() -> int:
     ap.add_argument("--put", type=int, default=10**6, help="items for the per-item put line")
     ap.add_argument("--drain", type=int, default=10**6, help="items drained")
     ap.add_argument("--churn", type=int, default=10**5, help="put+get pairs")
+    ap.add_argument("--drain-sync", action="store_true",
+                    help="sync every drain batch (default: sync off, for every backend)")
     ap.add_argument("--reps", type=int, default=2, help="runs per cell; the best counts")
     ap.add_argument("--dir", default=None, help="where the files go (default: a temp dir)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     sizes = [10 ** int(x) for x in args.sizes.split(",")]
+    global DRAIN_SYNC
+    DRAIN_SYNC = args.drain_sync
     base = tempfile.mkdtemp(dir=args.dir, prefix="qbench-")
     unavailable = {} if lmdb else {"lmdb": "py-lmdb is not installed: pip install lmdb"}
     for b, why in unavailable.items():
