@@ -1,0 +1,1027 @@
+"""The stores qstore-bench compares, behind one interface per kind of store
+(seed 001's adapter design): a Backend describes a product and opens
+Stores; a Store is one handle (one per thread in the perf experiment).
+
+Kinds a store may support:
+  casket   ordered key -> several values, in transactions (seed 000's
+           putdup workload); `dup_order` says whether duplicates come back
+           in insertion order
+  queue    named FIFO queues (put, get_many, len), in transactions when
+           the product has them
+  kv       plain set/get (seed 001)
+
+A backend whose library or server is missing reports why and how to
+install it; nothing is silently dropped.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+from typing import Any, Iterator, Optional
+
+from . import servers
+
+_be64 = struct.Struct(">Q").pack
+QUEUE_KEY = b"QUEUE"
+
+
+class Unsupported(Exception):
+    """The product has no such operation (no transactions, no duplicates)."""
+
+
+class Store:
+    """One handle on a store.  Every method may raise Unsupported."""
+
+    def begin(self) -> None:
+        raise Unsupported("transactions")
+
+    def commit(self) -> None:
+        raise Unsupported("transactions")
+
+    # casket / kv
+    def put(self, key: bytes, value: bytes) -> None:
+        raise Unsupported("put")
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        raise Unsupported("get")
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        raise Unsupported("duplicate keys")
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        raise Unsupported("duplicate keys")
+
+    # queue
+    def qput(self, name: str, payload: bytes) -> None:
+        raise Unsupported("queues")
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        raise Unsupported("queues")
+
+    def qlen(self, name: str) -> int:
+        raise Unsupported("queues")
+
+    # the seed-000 transaction, overridable by a faster native path
+    def seed_transaction(self, ids: list[bytes]) -> None:
+        self.begin()
+        putdup = self.putdup
+        for i in ids:
+            putdup(QUEUE_KEY, i)
+            putdup(i, i)
+        self.commit()
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        self.begin()
+        qput = self.qput
+        for p in payloads:
+            qput("port", p)
+        self.commit()
+
+    def connect(self) -> "Store":
+        """Another handle on the same store (for another thread)."""
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+class Backend:
+    """A product: name, what it supports, whether it is here."""
+
+    name = ""
+    kinds: frozenset[str] = frozenset()
+    dup_order = True         # duplicates come back in insertion order
+    hint = ""                # how to install it
+    module: Optional[str] = None
+
+    def unavailable(self) -> Optional[str]:
+        """None when usable here, else the reason."""
+        if self.module:
+            try:
+                importlib.import_module(self.module)
+            except ImportError as e:
+                return f"{self.module} is not importable ({e})"
+        return None
+
+    def version(self) -> str:
+        if self.module:
+            mod = importlib.import_module(self.module)
+            return str(getattr(mod, "__version__", getattr(mod, "version", "?")))
+        return "?"
+
+    def open(self, directory: str, sync: bool) -> Store:
+        """A new, empty store in directory (which the caller removes)."""
+        raise NotImplementedError
+
+    def session(self, sync: bool) -> "Session":
+        """Resources shared by the stores of one experiment (a server)."""
+        return Session()
+
+
+class Session:
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+# ------------------------------------------------------------------ pyqstore
+
+class _PyqStore(Store):
+    def __init__(self, casket: Any) -> None:
+        self.c = casket
+        self.queues: dict[str, Any] = {}
+
+    def begin(self) -> None:
+        self.c.begin()
+
+    def commit(self) -> None:
+        self.c.commit()
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.c.put(key, value)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self.c.get(key)
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self.c.putdup(key, value)
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        return self.c.getdup(key)
+
+    def _q(self, name: str) -> Any:
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = self.c.queue(name)
+        return q
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self._q(name).put(payload)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        return self._q(name).get_many(n)
+
+    def qlen(self, name: str) -> int:
+        return len(self._q(name))
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        self._q("port").put_many(payloads)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class Pyqstore(Backend):
+    name = "pyqstore"
+    kinds = frozenset({"casket", "queue", "kv"})
+    module = "pyqstore"
+
+    def version(self) -> str:
+        import pyqstore
+        return pyqstore.__version__
+
+    def open(self, directory: str, sync: bool) -> Store:
+        import pyqstore
+        return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+
+
+class _NativeStore(_PyqStore):
+    def seed_transaction(self, ids: list[bytes]) -> None:
+        from .._qstore import lib
+
+        if not ids:
+            self.begin()
+            self.commit()
+            return
+        blob = b"".join(ids)
+        width = len(ids[0])
+        if len(blob) != width * len(ids):
+            raise Unsupported("ids of different lengths")
+        rc = lib.qs_bench_seed(self.c._c, QUEUE_KEY, len(QUEUE_KEY), blob, width, len(ids))
+        if rc:
+            from ..errors import error_for
+            raise error_for(rc, "bench_seed", self.c.path)
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        raise Unsupported("a C driver for the queue layer")
+
+
+class Native(Pyqstore):
+    """The same experiment driven from C inside the extension: what the
+    Python binding costs is the difference to `pyqstore`."""
+
+    name = "native"
+    kinds = frozenset({"casket"})
+
+    def open(self, directory: str, sync: bool) -> Store:
+        import pyqstore
+        return _NativeStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+
+
+# ----------------------------------------------------------------- Tokyo Cabinet
+
+_TC_CDEF = """
+void *tcbdbnew(void);
+void tcbdbdel(void *bdb);
+bool tcbdbsetmutex(void *bdb);
+bool tcbdbopen(void *bdb, const char *path, int omode);
+bool tcbdbclose(void *bdb);
+bool tcbdbtranbegin(void *bdb);
+bool tcbdbtrancommit(void *bdb);
+bool tcbdbput(void *bdb, const void *kbuf, int ksiz, const void *vbuf, int vsiz);
+bool tcbdbputdup(void *bdb, const void *kbuf, int ksiz, const void *vbuf, int vsiz);
+bool tcbdbout(void *bdb, const void *kbuf, int ksiz);
+void *tcbdbget(void *bdb, const void *kbuf, int ksiz, int *sp);
+void *tcbdbget4(void *bdb, const void *kbuf, int ksiz);
+int tcbdbvnum(void *bdb, const void *kbuf, int ksiz);
+int tclistnum(const void *list);
+const void *tclistval(const void *list, int index, int *sp);
+void tclistdel(void *list);
+void tcfree(void *ptr);
+int tcbdbecode(void *bdb);
+const char *tcbdberrmsg(int ecode);
+extern const char *tcversion;
+"""
+BDBOWRITER, BDBOCREAT, BDBOTRUNC, BDBOTSYNC = 1 << 1, 1 << 2, 1 << 3, 1 << 6
+
+_tc: Any = None
+
+
+def _tclib() -> Any:
+    global _tc
+    if _tc is None:
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef(_TC_CDEF)
+        last: Optional[OSError] = None
+        for name in ("libtokyocabinet.so.9", "libtokyocabinet.so", "libtokyocabinet.dylib"):
+            try:
+                _tc = (ffi, ffi.dlopen(name))
+                break
+            except OSError as e:
+                last = e
+        else:
+            raise ImportError(f"libtokyocabinet not found ({last})")
+    return _tc
+
+
+class _TCStore(Store):
+    """Seed 000's exact calls: tcbdbopen(OWRITER|OCREAT[|OTSYNC]),
+    tcbdbtranbegin, tcbdbputdup, tcbdbtrancommit."""
+
+    def __init__(self, path: str, sync: bool) -> None:
+        self.ffi, self.lib = _tclib()
+        self.bdb = self.lib.tcbdbnew()
+        self.lib.tcbdbsetmutex(self.bdb)
+        mode = BDBOWRITER | BDBOCREAT | BDBOTRUNC | (BDBOTSYNC if sync else 0)
+        if not self.lib.tcbdbopen(self.bdb, path.encode(), mode):
+            err = self._err()
+            self.lib.tcbdbdel(self.bdb)
+            raise OSError(f"tcbdbopen: {err}")
+        self.next_id = 0
+
+    def _err(self) -> str:
+        return self.ffi.string(self.lib.tcbdberrmsg(self.lib.tcbdbecode(self.bdb))).decode()
+
+    def _ok(self, ok: bool, what: str) -> None:
+        if not ok:
+            raise OSError(f"{what}: {self._err()}")
+
+    def begin(self) -> None:
+        self._ok(self.lib.tcbdbtranbegin(self.bdb), "tcbdbtranbegin")
+
+    def commit(self) -> None:
+        self._ok(self.lib.tcbdbtrancommit(self.bdb), "tcbdbtrancommit")
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._ok(self.lib.tcbdbput(self.bdb, key, len(key), value, len(value)), "tcbdbput")
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self._ok(self.lib.tcbdbputdup(self.bdb, key, len(key), value, len(value)), "tcbdbputdup")
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        sp = self.ffi.new("int *")
+        p = self.lib.tcbdbget(self.bdb, key, len(key), sp)
+        if p == self.ffi.NULL:
+            return None
+        try:
+            return self.ffi.unpack(self.ffi.cast("char *", p), sp[0])
+        finally:
+            self.lib.tcfree(p)
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        lst = self.lib.tcbdbget4(self.bdb, key, len(key))
+        if lst == self.ffi.NULL:
+            return []
+        try:
+            sp = self.ffi.new("int *")
+            out = []
+            for i in range(self.lib.tclistnum(lst)):
+                v = self.lib.tclistval(lst, i, sp)
+                out.append(self.ffi.unpack(self.ffi.cast("char *", v), sp[0]))
+            return out
+        finally:
+            self.lib.tclistdel(lst)
+
+    # the seed's queue: queue name -> ids (duplicates), id -> payload
+    def qput(self, name: str, payload: bytes) -> None:
+        self.next_id += 1
+        i = _be64(self.next_id)
+        self.putdup(name.encode(), i)
+        self.put(i, payload)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        k = name.encode()
+        out = []
+        for _ in range(n):
+            i = self.get(k)
+            if i is None:
+                break
+            self._ok(self.lib.tcbdbout(self.bdb, k, len(k)), "tcbdbout")
+            p = self.get(i)
+            self._ok(self.lib.tcbdbout(self.bdb, i, len(i)), "tcbdbout")
+            out.append(p if p is not None else b"")
+        return out
+
+    def qlen(self, name: str) -> int:
+        k = name.encode()
+        return max(0, self.lib.tcbdbvnum(self.bdb, k, len(k)))
+
+    def close(self) -> None:
+        if self.bdb is not None:
+            self.lib.tcbdbclose(self.bdb)
+            self.lib.tcbdbdel(self.bdb)
+            self.bdb = None
+
+
+class TokyoCabinet(Backend):
+    name = "tokyocabinet"
+    kinds = frozenset({"casket", "queue", "kv"})
+    hint = "apt-get install libtokyocabinet9"
+
+    def unavailable(self) -> Optional[str]:
+        try:
+            _tclib()
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def version(self) -> str:
+        ffi, lib = _tclib()
+        return ffi.string(lib.tcversion).decode()
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _TCStore(os.path.join(directory, "casket.tcb"), sync)
+
+
+# ---------------------------------------------------------------------- lmdb
+
+class _LmdbStore(Store):
+    def __init__(self, path: str, sync: bool) -> None:
+        import lmdb
+
+        self.env = lmdb.open(path, map_size=1 << 34, sync=sync, metasync=sync, max_dbs=4,
+                             lock=True)
+        self.dups = self.env.open_db(b"casket", dupsort=True)
+        self.kv = self.env.open_db(b"kv")
+        self.q = self.env.open_db(b"queues")
+        self.txn: Any = None
+        self.next_id = 0
+
+    def _w(self) -> tuple[Any, bool]:
+        if self.txn is not None:
+            return self.txn, False
+        return self.env.begin(write=True), True
+
+    def begin(self) -> None:
+        self.txn = self.env.begin(write=True)
+
+    def commit(self) -> None:
+        self.txn.commit()
+        self.txn = None
+
+    def _write(self, fn: Any) -> Any:
+        txn, own = self._w()
+        try:
+            r = fn(txn)
+        except BaseException:
+            if own:
+                txn.abort()
+            raise
+        if own:
+            txn.commit()
+        return r
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._write(lambda t: t.put(key, value, db=self.kv))
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        with self.env.begin() as t:
+            return t.get(key, db=self.kv)
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self._write(lambda t: t.put(key, value, db=self.dups, dupdata=True))
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        with self.env.begin() as t:
+            cur = t.cursor(db=self.dups)
+            if not cur.set_key(key):
+                return []
+            return list(cur.iternext_dup())
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self.next_id += 1
+        k = name.encode() + b"\0" + _be64(self.next_id)
+        self._write(lambda t: t.put(k, payload, db=self.q))
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        prefix = name.encode() + b"\0"
+
+        def take(t: Any) -> list[bytes]:
+            cur = t.cursor(db=self.q)
+            out: list[bytes] = []
+            if not cur.set_range(prefix):
+                return out
+            while len(out) < n and cur.key().startswith(prefix):
+                out.append(cur.value())
+                if not cur.delete():
+                    break
+            return out
+
+        return self._write(take)
+
+    def qlen(self, name: str) -> int:
+        prefix = name.encode() + b"\0"
+        with self.env.begin() as t:
+            cur = t.cursor(db=self.q)
+            n = 0
+            if cur.set_range(prefix):
+                for k in cur.iternext(values=False):
+                    if not k.startswith(prefix):
+                        break
+                    n += 1
+            return n
+
+    def close(self) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+        self.env.close()
+
+
+class Lmdb(Backend):
+    name = "lmdb"
+    kinds = frozenset({"casket", "queue", "kv"})
+    dup_order = False        # dupsort keeps a key's values sorted
+    module = "lmdb"
+    hint = "pip install lmdb"
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _LmdbStore(os.path.join(directory, "lmdb"), sync)
+
+
+# ------------------------------------------------------------------- sqlite3
+
+class _SqliteStore(Store):
+    """WAL; synchronous=FULL when synced, NORMAL (the faster honest setting:
+    survives a crash of the process, not of the machine) when not."""
+
+    def __init__(self, path: str, sync: bool) -> None:
+        import sqlite3
+
+        self.path, self.sync = path, sync
+        self.con = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                   timeout=60)
+        self.con.execute("PRAGMA journal_mode=WAL")
+        self.con.execute(f"PRAGMA synchronous={'FULL' if sync else 'NORMAL'}")
+        self.con.executescript(
+            "CREATE TABLE IF NOT EXISTS dup (k BLOB NOT NULL, v BLOB NOT NULL);"
+            "CREATE INDEX IF NOT EXISTS dup_k ON dup (k);"
+            "CREATE TABLE IF NOT EXISTS kv (k BLOB PRIMARY KEY, v BLOB NOT NULL);"
+            "CREATE TABLE IF NOT EXISTS q (id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+            " v BLOB NOT NULL);"
+            "CREATE INDEX IF NOT EXISTS q_name ON q (name, id);")
+
+    def begin(self) -> None:
+        self.con.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.con.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, value))
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        r = self.con.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        return r[0] if r else None
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self.con.execute("INSERT INTO dup VALUES (?, ?)", (key, value))
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        return [r[0] for r in self.con.execute(
+            "SELECT v FROM dup WHERE k = ? ORDER BY rowid", (key,))]
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self.con.execute("INSERT INTO q (name, v) VALUES (?, ?)", (name, payload))
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        own = not self.con.in_transaction
+        if own:
+            self.con.execute("BEGIN IMMEDIATE")
+        rows = self.con.execute("SELECT id, v FROM q WHERE name = ? ORDER BY id LIMIT ?",
+                                (name, n)).fetchall()
+        if rows:
+            self.con.execute("DELETE FROM q WHERE name = ? AND id <= ?", (name, rows[-1][0]))
+        if own:
+            self.con.execute("COMMIT")
+        return [r[1] for r in rows]
+
+    def qlen(self, name: str) -> int:
+        return self.con.execute("SELECT count(*) FROM q WHERE name = ?", (name,)).fetchone()[0]
+
+    def connect(self) -> Store:
+        return _SqliteStore(self.path, self.sync)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+class Sqlite3(Backend):
+    name = "sqlite3"
+    kinds = frozenset({"casket", "queue", "kv"})
+    module = "sqlite3"
+
+    def version(self) -> str:
+        import sqlite3
+        return sqlite3.sqlite_version
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _SqliteStore(os.path.join(directory, "bench.sqlite"), sync)
+
+
+# --------------------------------------------------------------------- redis
+
+class _RedisSession(Session):
+    def __init__(self, sync: bool) -> None:
+        self.server = servers.Redis(sync)
+
+    def __enter__(self) -> "_RedisSession":
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+
+class _RedisStore(Store):
+    """MULTI/EXEC pipelines are the transactions; a queue is a list."""
+
+    def __init__(self, port: int) -> None:
+        import redis
+
+        self.port = port
+        self.r = redis.Redis(host="127.0.0.1", port=port)
+        self.pipe: Any = None
+
+    def _c(self) -> Any:
+        return self.pipe if self.pipe is not None else self.r
+
+    def begin(self) -> None:
+        self.pipe = self.r.pipeline(transaction=True)
+
+    def commit(self) -> None:
+        self.pipe.execute()
+        self.pipe = None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._c().set(key, value)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self.r.get(key)
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self._c().rpush(b"d:" + key, value)
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        return self.r.lrange(b"d:" + key, 0, -1)
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self._c().rpush("q:" + name, payload)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        return self.r.lpop("q:" + name, n) or []
+
+    def qlen(self, name: str) -> int:
+        return self.r.llen("q:" + name)
+
+    def connect(self) -> Store:
+        return _RedisStore(self.port)
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class Redis(Backend):
+    name = "redis"
+    kinds = frozenset({"casket", "queue", "kv"})
+    module = "redis"
+    hint = "apt-get install redis-server && pip install redis"
+
+    def unavailable(self) -> Optional[str]:
+        import shutil
+
+        if not shutil.which("redis-server"):
+            return "redis-server is not installed"
+        return super().unavailable()
+
+    def version(self) -> str:
+        import subprocess
+
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+        server = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "?")
+        return f"server {server}, redis-py {super().version()}"
+
+    def session(self, sync: bool) -> Session:
+        return _RedisSession(sync)
+
+    def open(self, directory: str, sync: bool, session: Any = None) -> Store:
+        if session is None:
+            raise RuntimeError("redis needs its session (the server)")
+        s = _RedisStore(session.server.port)
+        s.r.flushall()
+        return s
+
+
+# ---------------------------------------------------------------- Berkeley DB
+
+class _BdbStore(Store):
+    """DB_BTREE with DB_DUP (duplicates in insertion order) in a
+    transactional environment; with sync off, DB_TXN_NOSYNC."""
+
+    def __init__(self, path: str, sync: bool) -> None:
+        from berkeleydb import db
+
+        self.dbm = db
+        os.makedirs(path, exist_ok=True)
+        self.env = db.DBEnv()
+        if not sync:
+            self.env.set_flags(db.DB_TXN_NOSYNC, 1)
+        self.env.set_cachesize(0, 64 << 20)
+        self.env.open(path, db.DB_CREATE | db.DB_INIT_MPOOL | db.DB_INIT_TXN | db.DB_INIT_LOG
+                      | db.DB_INIT_LOCK | db.DB_THREAD | db.DB_RECOVER)
+        self.dups = db.DB(self.env)
+        self.dups.set_flags(db.DB_DUP)
+        self.dups.open("casket.db", dbtype=db.DB_BTREE,
+                       flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
+        self.kv = db.DB(self.env)
+        self.kv.open("kv.db", dbtype=db.DB_BTREE,
+                     flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
+        self.txn: Any = None
+        self.next_id = 0
+        self.q = self.dups
+
+    def begin(self) -> None:
+        self.txn = self.env.txn_begin()
+
+    def commit(self) -> None:
+        self.txn.commit()
+        self.txn = None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.kv.put(key, value, txn=self.txn)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self.kv.get(key, txn=self.txn)
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        self.dups.put(key, value, txn=self.txn)
+
+    def getdup(self, key: bytes) -> list[bytes]:
+        cur = self.dups.cursor(txn=self.txn)
+        try:
+            out = []
+            r = cur.set(key)
+            while r is not None:
+                out.append(r[1])
+                r = cur.next_dup()
+            return out
+        finally:
+            cur.close()
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self.next_id += 1
+        self.kv.put(b"q\0" + name.encode() + b"\0" + _be64(self.next_id), payload, txn=self.txn)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        prefix = b"q\0" + name.encode() + b"\0"
+        own = self.txn is None
+        txn = self.env.txn_begin() if own else self.txn
+        cur = self.kv.cursor(txn=txn)
+        out: list[bytes] = []
+        try:
+            r = cur.set_range(prefix)
+            while r is not None and len(out) < n and r[0].startswith(prefix):
+                out.append(r[1])
+                cur.delete()
+                r = cur.next()
+        finally:
+            cur.close()
+        if own:
+            txn.commit()
+        return out
+
+    def qlen(self, name: str) -> int:
+        prefix = b"q\0" + name.encode() + b"\0"
+        cur = self.kv.cursor(txn=self.txn)
+        n = 0
+        try:
+            r = cur.set_range(prefix)
+            while r is not None and r[0].startswith(prefix):
+                n += 1
+                r = cur.next()
+        finally:
+            cur.close()
+        return n
+
+    def close(self) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+        self.dups.close()
+        self.kv.close()
+        self.env.close()
+
+
+class BerkeleyDB(Backend):
+    name = "berkeleydb"
+    kinds = frozenset({"casket", "queue", "kv"})
+    module = "berkeleydb"
+    hint = "apt-get install libdb-dev && pip install berkeleydb"
+
+    def version(self) -> str:
+        from berkeleydb import db
+        return ".".join(map(str, db.version()))
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _BdbStore(os.path.join(directory, "bdb"), sync)
+
+
+# ------------------------------------------------------------------ memcached
+
+class _MemcachedSession(Session):
+    def __init__(self) -> None:
+        self.server = servers.Memcached()
+
+    def __enter__(self) -> "_MemcachedSession":
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+
+class _MemcachedStore(Store):
+    def __init__(self, port: int) -> None:
+        from pymemcache.client.base import Client
+
+        self.port = port
+        self.c = Client(("127.0.0.1", port), no_delay=True)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if not self.c.set(key, value, noreply=False):
+            raise OSError("memcached refused a set")
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self.c.get(key)
+
+    def connect(self) -> Store:
+        return _MemcachedStore(self.port)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class Memcached(Backend):
+    """Seed 001's memcached-protocol row (MemcacheDB spoke it): a real
+    memcached on loopback.  Keys are at most 250 bytes and values 1 MiB."""
+
+    name = "memcached"
+    kinds = frozenset({"kv"})
+    module = "pymemcache"
+    hint = "apt-get install memcached && pip install pymemcache"
+    max_key, max_value = 250, 1000 * 1000
+
+    def unavailable(self) -> Optional[str]:
+        import shutil
+
+        if not shutil.which("memcached"):
+            return "memcached is not installed"
+        return super().unavailable()
+
+    def session(self, sync: bool) -> Session:
+        return _MemcachedSession()
+
+    def open(self, directory: str, sync: bool, session: Any = None) -> Store:
+        if session is None:
+            raise RuntimeError("memcached needs its session (the server)")
+        s = _MemcachedStore(session.server.port)
+        s.c.flush_all()
+        return s
+
+
+# ------------------------------------------------------------------ diskcache
+
+class _DiskcacheStore(Store):
+    def __init__(self, path: str) -> None:
+        import diskcache
+
+        self.path = path
+        self.cache = diskcache.Cache(path)
+        self.deques: dict[str, Any] = {}
+        self.tx: Any = None
+
+    def begin(self) -> None:
+        self.tx = self.cache.transact()
+        self.tx.__enter__()
+
+    def commit(self) -> None:
+        self.tx.__exit__(None, None, None)
+        self.tx = None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.cache.set(key, value)
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self.cache.get(key)
+
+    def _d(self, name: str) -> Any:
+        import diskcache
+
+        d = self.deques.get(name)
+        if d is None:
+            d = self.deques[name] = diskcache.Deque(directory=os.path.join(self.path, "q-" + name))
+        return d
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self._d(name).append(payload)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        d = self._d(name)
+        out = []
+        for _ in range(n):
+            try:
+                out.append(d.popleft())
+            except IndexError:
+                break
+        return out
+
+    def qlen(self, name: str) -> int:
+        return len(self._d(name))
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        d = self._d("port")
+        with d.transact():
+            for p in payloads:
+                d.append(p)
+
+    def connect(self) -> Store:
+        return _DiskcacheStore(self.path)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class Diskcache(Backend):
+    """diskcache's Cache (kv) and Deque (queue); no duplicate keys."""
+
+    name = "diskcache"
+    kinds = frozenset({"queue", "kv"})
+    module = "diskcache"
+    hint = "pip install diskcache"
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _DiskcacheStore(os.path.join(directory, "diskcache"))
+
+
+# --------------------------------------------------------------- persist-queue
+
+class _PersistQueueStore(Store):
+    def __init__(self, path: str, sync: bool) -> None:
+        self.path = path
+        self.sync = sync
+        self.queues: dict[str, Any] = {}
+
+    def _q(self, name: str, auto_commit: bool = True) -> Any:
+        import persistqueue
+
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = persistqueue.SQLiteQueue(
+                os.path.join(self.path, name), auto_commit=auto_commit,
+                multithreading=True)
+        return q
+
+    def qput(self, name: str, payload: bytes) -> None:
+        self._q(name).put(payload)
+
+    def qget_many(self, name: str, n: int) -> list[bytes]:
+        q = self._q(name)
+        out = []
+        for _ in range(n):
+            try:
+                out.append(q.get(block=False))
+            except Exception:       # persistqueue.Empty
+                break
+        return out
+
+    def qlen(self, name: str) -> int:
+        return self._q(name).qsize()
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        import persistqueue
+
+        q = persistqueue.SQLiteQueue(os.path.join(self.path, "port-txn"), auto_commit=False)
+        for p in payloads:
+            q.put(p)
+        q.task_done()           # its commit
+        self.queues["port"] = q
+
+
+class PersistQueue(Backend):
+    """persist-queue's SQLiteQueue; queues only."""
+
+    name = "persist-queue"
+    kinds = frozenset({"queue"})
+    module = "persistqueue"
+    hint = "pip install persist-queue"
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _PersistQueueStore(os.path.join(directory, "pq"), sync)
+
+
+# ----------------------------------------------------------------------- null
+
+class _NullStore(Store):
+    def begin(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        pass
+
+    def put(self, key: bytes, value: bytes) -> None:
+        pass
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return None
+
+    def putdup(self, key: bytes, value: bytes) -> None:
+        pass
+
+
+class Null(Backend):
+    """Does nothing: the harness's own overhead (seed 001 measured it)."""
+
+    name = "null"
+    kinds = frozenset({"kv"})
+
+    def version(self) -> str:
+        return "-"
+
+    def open(self, directory: str, sync: bool) -> Store:
+        return _NullStore()
+
+
+BACKENDS: list[Backend] = [Pyqstore(), Native(), TokyoCabinet(), Lmdb(), Sqlite3(), Redis(),
+                           BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()]
+NULL = Null()
+
+
+def by_name(names: Optional[list[str]]) -> list[Backend]:
+    """The backends named (all when None), in the canonical order."""
+    if not names:
+        return list(BACKENDS)
+    known = {b.name: b for b in BACKENDS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(known)}")
+    return [b for b in BACKENDS if b.name in names]
+
+
+def open_store(backend: Backend, directory: str, sync: bool, session: Session) -> Store:
+    if isinstance(session, (_RedisSession, _MemcachedSession)):
+        return backend.open(directory, sync, session=session)  # type: ignore[call-arg]
+    return backend.open(directory, sync)
+
+
+def iter_available(backends: list[Backend], kind: str) -> Iterator[tuple[Backend, Optional[str]]]:
+    """(backend, None) when it can run this kind here, else (backend, why)."""
+    for b in backends:
+        if kind not in b.kinds:
+            yield b, f"has no {kind} layer"
+            continue
+        why = b.unavailable()
+        yield b, (f"{why}; install: {b.hint}" if why and b.hint else why)

@@ -1,0 +1,249 @@
+"""qstore-bench: the seeds' experiments as one command, pyqstore beside the
+stores its users would otherwise pick, in one run.  The command is thin:
+experiments.py measures, this module prints and saves."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Any, Optional
+
+import click
+
+from . import backends as bk
+from . import experiments as ex
+
+BACKEND_NAMES = [b.name for b in bk.BACKENDS]
+
+
+def _backends_option(f: Any) -> Any:
+    return click.option(
+        "--backends", "-b", default=None, metavar="NAMES",
+        help=f"comma-separated subset of: {', '.join(BACKEND_NAMES)} (default: all)")(f)
+
+
+def _common(f: Any) -> Any:
+    f = click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+                     default=None, help="also write the results as JSON to this file")(f)
+    f = click.option("--dir", "base", type=click.Path(file_okay=False, exists=True),
+                     default=None, help="where scratch files go (default: a temp dir)")(f)
+    return _backends_option(f)
+
+
+def _pick(names: Optional[str]) -> list[bk.Backend]:
+    try:
+        return bk.by_name(names.split(",") if names else None)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--backends") from None
+
+
+def _header(result: dict[str, Any]) -> None:
+    m = result["machine"]
+    click.echo(f"# {m['cpu']}, {m['cores']} cores, Python {m['python']}, "
+               f"{m['filesystem']} at {m['dir']}")
+    for name, st in result["backends"].items():
+        if st["available"]:
+            click.echo(f"#   {name:<14} {st['version']}")
+        else:
+            click.echo(f"#   {name:<14} unavailable: {st['reason']}")
+
+
+def _save(result: dict[str, Any], json_path: Optional[str]) -> None:
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+        click.echo(f"# results written to {json_path}")
+
+
+class _Bar:
+    """A progress line for steps that may take more than a second."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.bar = click.progressbar(length=total, label=label, file=sys.stderr,
+                                     show_eta=False, item_show_func=lambda s: s)
+        self.bar.__enter__()
+
+    def __call__(self, step: str) -> None:
+        self.bar.current_item = step
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.__exit__(None, None, None)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """The seeds' experiments on pyqstore and its peers, side by side.
+
+    \b
+    Example:
+      qstore-bench sweep --max 5           # seed 000, n = 1 .. 10^5
+      qstore-bench correctness             # seed 001's correctness test
+      qstore-bench perf --threads 4        # seed 001's throughput test
+    """
+
+
+@main.command()
+@click.option("--max", "max_exp", type=click.IntRange(0, 7), default=5, show_default=True,
+              help="largest n is 10^MAX")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="timed runs per cell (median shown, with min and max)")
+@click.option("--sync/--no-sync", default=True, show_default=True,
+              help="commits durable on return (fsync) or not")
+@click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=36, show_default=True,
+              help="bytes per id/payload (36: a uuid string, as in the seed)")
+@click.option("--layer", type=click.Choice(["casket", "queue"]), default="casket",
+              show_default=True,
+              help="casket: putdup(QUEUE, id) + putdup(id, id); queue: queue puts")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="also write the table as CSV")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="draw the seed's two figures into this PNG")
+@_common
+def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
+          csv_path: Optional[str], plot_path: Optional[str], backends: Optional[str],
+          base: Optional[str], json_path: Optional[str]) -> None:
+    """Seed 000: one transaction of n items, n = 1, 10, ..., 10^MAX.
+
+    Each run opens a fresh file (not timed), times the transaction up to
+    the return of its commit, and closes (not timed).  A warm-up run
+    (n <= 10^5) is reported apart and not counted.
+
+    \b
+    Example:
+      qstore-bench sweep --max 4 --reps 3 --json sweep.json --plot sweep.png
+      qstore-bench sweep --layer queue -b pyqstore,lmdb,redis --no-sync
+    """
+    chosen = _pick(backends)
+    bar = _Bar(len(chosen) * (max_exp + 1), "sweep")
+    try:
+        result = ex.sweep(chosen, max_exp, reps, sync, payload_size, layer, base, bar)
+    finally:
+        bar.close()
+    _header(result)
+    click.echo(f"{'backend':<14}{'n':>10}{'s/txn':>12}{'min':>10}{'max':>10}"
+               f"{'us/item':>10}{'items/s':>14}")
+    for r in result["results"]:
+        s = r["seconds"]
+        click.echo(f"{r['backend']:<14}{r['n']:>10}{s['median']:>12.6f}{s['min']:>10.6f}"
+                   f"{s['max']:>10.6f}{r['us_per_item']:>10.2f}"
+                   f"{(r['items_per_s'] or 0):>14,.0f}")
+    if csv_path:
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["backend", "n", "seconds_median", "seconds_min", "seconds_max",
+                        "us_per_item", "items_per_s", "warmup_seconds"])
+            for r in result["results"]:
+                s = r["seconds"]
+                w.writerow([r["backend"], r["n"], s["median"], s["min"], s["max"],
+                            r["us_per_item"], r["items_per_s"], r["warmup_seconds"]])
+    if plot_path:
+        _plot_sweep(result, plot_path)
+        click.echo(f"# plot written to {plot_path}")
+    _save(result, json_path)
+
+
+def _plot_sweep(result: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in dict.fromkeys(r["backend"] for r in result["results"]):
+        rows = [r for r in result["results"] if r["backend"] == name]
+        ns = [r["n"] for r in rows]
+        a.plot(ns, [r["us_per_item"] for r in rows], marker="o", label=name)
+        b.plot(ns, [r["items_per_s"] for r in rows], marker="o", label=name)
+    for ax, ylabel in ((a, "µs per item"), (b, "items per second")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("items in the transaction (n)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"seed 000 sweep, {result['layer']} layer, "
+                 f"{'sync' if result['sync'] else 'no sync'}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@main.command()
+@click.option("--count", type=click.IntRange(2), default=1000, show_default=True,
+              help="random keys written and read back")
+@click.option("--max-value", type=click.IntRange(1, 1 << 20), default=1 << 20,
+              show_default=True, help="largest value in bytes (memcached caps it at 1 MB)")
+@_common
+def correctness(count: int, max_value: int, backends: Optional[str], base: Optional[str],
+                json_path: Optional[str]) -> None:
+    """Seed 001's KeyValueCorrectness: random keys and values (0 bytes to
+    1 MiB) written and read back, every mismatch reported; plus duplicate
+    order and queue FIFO order where the backend has them.  Exit status 1
+    on any mismatch.
+
+    \b
+    Example:
+      qstore-bench correctness --count 500 -b pyqstore,tokyocabinet,redis
+    """
+    chosen = _pick(backends)
+    bar = _Bar(len(chosen), "correctness")
+    try:
+        result = ex.correctness(chosen, count, max_value, base, bar)
+    finally:
+        bar.close()
+    _header(result)
+    for r in result["results"]:
+        verdict = "Correctness OK!" if r["mismatches"] == 0 else \
+            f"{r['mismatches']} MISMATCHES"
+        checks = "; ".join(f"{k}: {v}" for k, v in r["checks"].items())
+        click.echo(f"{r['backend']:<14} {verdict}  ({checks})")
+        for line in r["details"]:
+            click.echo(f"    {line}")
+    _save(result, json_path)
+    if not result["ok"]:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--threads", "-x", type=click.IntRange(1, 256), default=2, show_default=True,
+              help="writer/reader threads, one handle each")
+@click.option("--requests", "-n", type=click.IntRange(1), default=10000, show_default=True,
+              help="requests per phase, over all threads")
+@click.option("--value-size", "-l", type=click.IntRange(0, 1 << 20), default=32,
+              show_default=True, help="bytes per value")
+@click.option("--sync/--no-sync", default=False, show_default=True,
+              help="every put durable on return, or not (seed 001's servers did not sync)")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True)
+@_common
+def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
+         backends: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
+    """Seed 001's KeyValuePerformance: a write phase then a read phase of
+    REQUESTS requests over THREADS threads, total ms and ops/s per phase.
+    The null backend (does nothing) measures the harness's own overhead.
+
+    \b
+    Example:
+      qstore-bench perf -x 2 -n 10000 -l 32 -b pyqstore,redis,memcached
+    """
+    chosen = _pick(backends)
+    bar = _Bar(len(chosen) + 1, "perf")
+    try:
+        result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar)
+    finally:
+        bar.close()
+    _header(result)
+    click.echo(f"{threads} threads, {requests} requests of {value_size} bytes, "
+               f"{'sync' if sync else 'no sync'}, median of {reps}")
+    click.echo(f"{'backend':<14}{'write ms':>10}{'writes/s':>12}{'read ms':>10}"
+               f"{'reads/s':>12}")
+    for r in result["results"]:
+        click.echo(f"{r['backend']:<14}{r['write_ms']['median']:>10.1f}"
+                   f"{r['writes_per_s']:>12,.0f}{r['read_ms']['median']:>10.1f}"
+                   f"{r['reads_per_s']:>12,.0f}")
+    _save(result, json_path)
+
+
+if __name__ == "__main__":
+    main(prog_name="qstore-bench")

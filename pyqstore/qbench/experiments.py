@@ -1,0 +1,331 @@
+"""The seeds' experiments, as functions returning plain data (the CLI prints
+and saves it).
+
+  sweep        seed 000: one transaction of n items for n = 1, 10, ...
+  correctness  seed 001 KeyValueCorrectness: write random keys and values,
+               read them back; duplicate order and queue FIFO order
+  perf         seed 001 KeyValuePerformance: x threads, n requests of l
+               bytes, a write phase then a read phase, and the harness's own
+               overhead measured with the null backend
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterable, Optional
+
+from . import backends as bk
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# ------------------------------------------------------------------- machine
+
+def filesystem_of(path: str) -> str:
+    """The file system type holding path (from /proc/mounts), or '?'."""
+    best, fstype = "", "?"
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and (real == parts[1] or
+                                        real.startswith(parts[1].rstrip("/") + "/")):
+                    if len(parts[1]) > len(best):
+                        best, fstype = parts[1], parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+def machine(directory: str) -> dict[str, Any]:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0],
+            "platform": platform.platform(), "dir": directory,
+            "filesystem": filesystem_of(directory)}
+
+
+def backend_report(backends: list[bk.Backend], kind: str) -> tuple[list[bk.Backend], dict]:
+    """The usable backends for kind, and for every backend its status."""
+    usable, report = [], {}
+    for b, why in bk.iter_available(backends, kind):
+        if why is None:
+            try:
+                version = b.version()
+            except Exception as e:  # a broken install is unavailable too
+                report[b.name] = {"available": False, "reason": f"version check failed: {e}"}
+                continue
+            usable.append(b)
+            report[b.name] = {"available": True, "version": version}
+        else:
+            report[b.name] = {"available": False, "reason": why}
+    return usable, report
+
+
+class Workdir:
+    """A scratch directory under base (a temp dir by default), removed at
+    the end; each measurement gets a fresh subdirectory."""
+
+    def __init__(self, base: Optional[str]) -> None:
+        self.root = tempfile.mkdtemp(prefix="qstore-bench-", dir=base)
+
+    def fresh(self) -> str:
+        return tempfile.mkdtemp(dir=self.root)
+
+    def __enter__(self) -> "Workdir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+# --------------------------------------------------------------------- sweep
+
+def make_ids(n: int, size: int, rng: random.Random) -> list[bytes]:
+    """n distinct uuid4 strings (seed 000's ids), cut or padded to size."""
+    out = []
+    for _ in range(n):
+        u = str(uuid.UUID(int=rng.getrandbits(128), version=4)).encode()
+        out.append(u[:size] if size <= len(u) else u + b"." * (size - len(u)))
+    return out
+
+
+def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, payload_size: int,
+          layer: str, base: Optional[str], progress: Progress = _quiet,
+          seed: int = 1) -> dict[str, Any]:
+    """Seed 000: for n = 1, 10, ..., 10**max_exp, one transaction of n items
+    per run (casket layer: putdup(QUEUE, id) and putdup(id, id); queue
+    layer: n queue puts), `reps` timed runs on fresh files plus one warm-up
+    run (n <= 10**5) that is reported but not counted."""
+    kind = "casket" if layer == "casket" else "queue"
+    usable, report = backend_report(backends, kind)
+    rng = random.Random(seed)
+    results: list[dict[str, Any]] = []
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        for b in usable:
+            try:
+                with b.session(sync) as session:
+                    for e in range(max_exp + 1):
+                        n = 10 ** e
+                        ids = make_ids(n, payload_size, rng)
+                        progress(f"{b.name} n={n}")
+                        times, warm = [], None
+                        for r in range(reps + (1 if n <= 10 ** 5 else 0)):
+                            d = wd.fresh()
+                            store = bk.open_store(b, d, sync, session)
+                            try:
+                                t0 = time.perf_counter()
+                                if layer == "casket":
+                                    store.seed_transaction(ids)
+                                else:
+                                    store.queue_transaction(ids)
+                                dt = time.perf_counter() - t0
+                            finally:
+                                store.close()
+                                shutil.rmtree(d, ignore_errors=True)
+                            if n <= 10 ** 5 and r == 0:
+                                warm = dt
+                            else:
+                                times.append(dt)
+                        st = _stats(times)
+                        results.append({
+                            "backend": b.name, "n": n, "seconds": st,
+                            "us_per_item": st["median"] / n * 1e6,
+                            "items_per_s": n / st["median"] if st["median"] > 0 else None,
+                            "runs": len(times), "warmup_seconds": warm})
+            except bk.Unsupported as e:
+                report[b.name] = {"available": False, "reason": f"cannot do this: {e}"}
+                results = [r for r in results if r["backend"] != b.name]
+    return {"experiment": "sweep", "layer": layer, "sync": sync, "payload_size": payload_size,
+            "reps": reps, "machine": info, "backends": report, "results": results}
+
+
+# --------------------------------------------------------------- correctness
+
+def _value_sizes(rng: random.Random, n: int, cap: int) -> Iterable[int]:
+    """Mostly small values, some large, the extremes always: 0 and cap."""
+    yield 0
+    yield cap
+    for _ in range(n - 2):
+        r = rng.random()
+        if r < 0.6:
+            yield rng.randint(0, min(100, cap))
+        elif r < 0.9:
+            yield rng.randint(0, min(10_000, cap))
+        else:
+            yield rng.randint(min(10_000, cap), cap)
+
+
+def correctness(backends: list[bk.Backend], count: int, max_value: int, base: Optional[str],
+                progress: Progress = _quiet, seed: int = 1) -> dict[str, Any]:
+    """Seed 001's KeyValueCorrectness on every kv-capable backend, plus
+    duplicate order and queue FIFO order where the backend has them."""
+    usable, report = backend_report(backends, "kv")
+    results = []
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        for b in usable:
+            progress(b.name)
+            rng = random.Random(seed)
+            cap = min(max_value, getattr(b, "max_value", max_value))
+            mism: list[str] = []
+            checks: dict[str, str] = {}
+            d = wd.fresh()
+            with b.session(False) as session:
+                store = bk.open_store(b, d, False, session)
+                try:
+                    # keys: printable, unique, 1..200 bytes (memcached's limit is 250)
+                    keys = [(f"k{i}-" + "".join(rng.choice("abcdefghij0123456789")
+                                                for _ in range(rng.randint(0, 190)))).encode()
+                            for i in range(count)]
+                    vals = [rng.randbytes(s) for s in _value_sizes(rng, count, cap)]
+                    for k, v in zip(keys, vals):
+                        store.put(k, v)
+                    for k, v in zip(keys, vals):
+                        got = store.get(k)
+                        if got != v:
+                            mism.append(f"key {k[:20]!r}...: wrote {len(v)} bytes, read "
+                                        f"{'nothing' if got is None else f'{len(got)} bytes'}"
+                                        f"{'' if got is None or len(got) != len(v) else ' (different)'}")
+                    checks["key-value"] = "checked"
+                    if "casket" in b.kinds:
+                        want = [b"dup-%03d" % i for i in range(50)]
+                        for v in want:
+                            store.putdup(b"dupkey", v)
+                        got = store.getdup(b"dupkey")
+                        if b.dup_order:
+                            checks["duplicate order"] = "checked"
+                            if got != want:
+                                mism.append("duplicates: not read back in insertion order")
+                        else:
+                            checks["duplicate order"] = "not kept by this product (sorted)"
+                            if sorted(got) != sorted(want):
+                                mism.append("duplicates: values lost or changed")
+                    if "queue" in b.kinds:
+                        want = [b"item-%04d" % i for i in range(300)]
+                        for v in want:
+                            store.qput("fifo", v)
+                        got = []
+                        while True:
+                            batch = store.qget_many("fifo", 64)
+                            if not batch:
+                                break
+                            got += batch
+                        checks["queue FIFO"] = "checked"
+                        if got != want:
+                            mism.append("queue: items not read back in FIFO order")
+                finally:
+                    store.close()
+            results.append({"backend": b.name, "written": count, "max_value": cap,
+                            "mismatches": len(mism), "details": mism[:20], "checks": checks})
+    ok = all(r["mismatches"] == 0 for r in results)
+    return {"experiment": "correctness", "count": count, "machine": info, "backends": report,
+            "results": results, "ok": ok}
+
+
+# ---------------------------------------------------------------------- perf
+
+def _phase(stores: list[bk.Store], work: Callable[[bk.Store, int, int], None],
+           threads: int, requests: int) -> float:
+    """Runs work(store, start, stop) in `threads` threads over disjoint
+    slices of range(requests); returns the wall time."""
+    per = [requests // threads + (1 if i < requests % threads else 0) for i in range(threads)]
+    starts = [sum(per[:i]) for i in range(threads)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads + 1)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            work(stores[i], starts[i], starts[i] + per[i])
+        except BaseException as e:  # reported after the join
+            errors.append(e)
+
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ths:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in ths:
+        t.join()
+    dt = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return dt
+
+
+def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
+         reps: int, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
+    """Seed 001's KeyValuePerformance: one handle per thread, a write phase
+    (each put its own commit) then a read phase; best-of/median over reps;
+    the null backend's times are the harness's own overhead."""
+    usable, report = backend_report(backends, "kv")
+    keys = [b"key-%010d" % i for i in range(requests)]
+    value = b"v" * value_size
+    results = []
+
+    def write(s: bk.Store, a: int, z: int) -> None:
+        put = s.put
+        for k in keys[a:z]:
+            put(k, value)
+
+    def read(s: bk.Store, a: int, z: int) -> None:
+        get = s.get
+        for k in keys[a:z]:
+            get(k)
+
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        for b in [bk.NULL] + usable:
+            progress(b.name)
+            w_times, r_times = [], []
+            with b.session(sync) as session:
+                for _ in range(reps):
+                    d = wd.fresh()
+                    first = bk.open_store(b, d, sync, session)
+                    stores = [first] + [first.connect() for _ in range(threads - 1)]
+                    try:
+                        w_times.append(_phase(stores, write, threads, requests))
+                        r_times.append(_phase(stores, read, threads, requests))
+                        if b is not bk.NULL:
+                            probe = first.get(keys[-1])
+                            if probe != value:
+                                raise RuntimeError(f"{b.name}: read back a wrong value")
+                    finally:
+                        for s in {id(s): s for s in stores}.values():
+                            s.close()
+                        shutil.rmtree(d, ignore_errors=True)
+            w, r = _stats(w_times), _stats(r_times)
+            results.append({"backend": b.name, "write_ms": {k: v * 1e3 for k, v in w.items()},
+                            "read_ms": {k: v * 1e3 for k, v in r.items()},
+                            "writes_per_s": requests / w["median"],
+                            "reads_per_s": requests / r["median"]})
+    report["null"] = {"available": True, "version": "-"}
+    return {"experiment": "perf", "threads": threads, "requests": requests,
+            "value_size": value_size, "sync": sync, "reps": reps, "machine": info,
+            "backends": report, "results": results}
