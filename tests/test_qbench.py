@@ -113,7 +113,73 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert "nosuchdb" in res.output
 
 
-@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf"])
+@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune"])
 def test_help_has_an_example(cmd):
     res = CliRunner().invoke(main, [cmd, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
+
+
+# ---------------------------------------------------------------- regression
+
+# R's `cars` data set and its published summary(lm(dist ~ speed)).
+CARS_SPEED = [4, 4, 7, 7, 8, 9, 10, 10, 10, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14,
+              14, 15, 15, 15, 16, 16, 17, 17, 17, 18, 18, 18, 18, 19, 19, 19, 20, 20, 20, 20,
+              20, 22, 23, 24, 24, 24, 24, 25]
+CARS_DIST = [2, 10, 4, 22, 16, 10, 18, 26, 34, 17, 28, 14, 20, 24, 28, 26, 34, 34, 46, 26, 36,
+             60, 80, 20, 26, 54, 32, 40, 32, 40, 50, 42, 56, 76, 84, 36, 46, 68, 32, 48, 52, 56,
+             64, 66, 54, 70, 92, 93, 120, 85]
+
+
+def test_regression_matches_r_on_cars():
+    from pyqstore.qbench.regression import lm
+
+    f = lm(CARS_DIST, [{"speed": s} for s in CARS_SPEED], "dist",
+           [("speed", lambda r: r["speed"])])
+    assert f.coef == pytest.approx([-17.5791, 3.9324], abs=1e-4)
+    assert f.se == pytest.approx([6.7584, 0.4155], abs=1e-4)
+    assert f.t == pytest.approx([-2.601, 9.464], abs=1e-3)
+    assert f.p[0] == pytest.approx(0.0123, abs=1e-4)
+    assert f.p[1] == pytest.approx(1.49e-12, rel=1e-2)
+    assert f.rse == pytest.approx(15.38, abs=5e-3) and f.df_resid == 48
+    assert f.r2 == pytest.approx(0.6511, abs=1e-4)
+    assert f.adj_r2 == pytest.approx(0.6438, abs=1e-4)
+    assert f.f == pytest.approx(89.57, abs=5e-3) and f.f_df == (1, 48)
+    assert f.f_p == pytest.approx(1.49e-12, rel=1e-2)
+    assert "Residual standard error: 15.38 on 48 degrees of freedom" in f.summary()
+
+
+def test_tune_finds_the_known_optimum_of_a_synthetic_surface():
+    from pyqstore.qbench.experiments import fit_models
+
+    # a concave quadratic surface peaking at 5 writers, batch 300
+    def surface(w, b):
+        return 100_000 - 2_000 * (w - 5) ** 2 - 0.5 * (b - 300) ** 2
+
+    cells = [{"writers": w, "batch": b, "items_per_s": surface(w, b)}
+             for w in (1, 2, 4, 8, 16) for b in (10, 100, 300, 1000)]
+    m = fit_models(cells)
+    assert m["quadratic"]["r2"] == pytest.approx(1.0, abs=1e-9)
+    assert m["joint_optimum"]["writers"] == pytest.approx(5, abs=1e-3)
+    assert m["joint_optimum"]["batch"] == pytest.approx(300, abs=0.05)
+    assert m["joint_optimum"]["predicted"] == pytest.approx(100_000, abs=1e-3)
+    assert m["one_at_a_time"]["writers"]["best_writers"] == pytest.approx(5, abs=1e-3)
+    assert m["best_measured"]["writers"] == 4 and m["best_measured"]["batch"] == 300
+    # the linear model cannot see a peak: a worse fit
+    assert m["linear"]["r2"] < m["quadratic"]["r2"]
+
+
+def test_tune_command(tmp_path):
+    code, data, out = run(["tune", "--batches", "1,4,16", "--writers", "1,2,3", "--duration",
+                           "0.05", "--no-sync", "--plot", str(tmp_path / "t.png")], tmp_path)
+    assert code == 0, out
+    assert len(data["cells"]) == 9 and all(c["items_per_s"] > 0 for c in data["cells"])
+    assert {(c["writers"], c["batch"]) for c in data["cells"]} == {
+        (w, b) for w in (1, 2, 3) for b in (1, 4, 16)}
+    q = data["models"]["quadratic"]
+    assert set(q["coefficients"]) == {"(Intercept)", "writers", "I(writers^2)", "batch",
+                                      "I(batch^2)"}
+    assert q["df"] == 9 - 5 and "Residual standard error" in q["summary"]
+    j = data["models"]["joint_optimum"]
+    assert 1 <= j["writers"] <= 3 and 1 <= j["batch"] <= 16
+    assert "joint optimum" in out and "Estimate" in out
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"

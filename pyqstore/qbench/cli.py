@@ -80,6 +80,7 @@ def main() -> None:
       qstore-bench sweep --max 5           # seed 000, n = 1 .. 10^5
       qstore-bench correctness             # seed 001's correctness test
       qstore-bench perf --threads 4        # seed 001's throughput test
+      qstore-bench tune                    # seed 002's batch x writers fit
     """
 
 
@@ -243,6 +244,125 @@ def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
                    f"{r['writes_per_s']:>12,.0f}{r['read_ms']['median']:>10.1f}"
                    f"{r['reads_per_s']:>12,.0f}")
     _save(result, json_path)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers") from None
+    if len(out) < 3 or out[0] < 1:
+        raise click.BadParameter("give at least 3 distinct positive values (a quadratic "
+                                 "needs them)")
+    return out
+
+
+@main.command()
+@click.option("--backend", "-b", "backend_name", default="pyqstore", show_default=True,
+              type=click.Choice(BACKEND_NAMES), help="the store to tune")
+@click.option("--batches", default="1,10,100,1000", show_default=True,
+              help="batch sizes (items per transaction)")
+@click.option("--writers", default="1,2,4,8", show_default=True,
+              help="concurrent writers")
+@click.option("--duration", type=click.FloatRange(0.05), default=2.0, show_default=True,
+              help="seconds per cell (the seed ran each for five minutes)")
+@click.option("--sync/--no-sync", default=True, show_default=True)
+@click.option("--processes", is_flag=True,
+              help="writers are processes, not threads (each opens its own handle)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="heat map of the measurements with the fitted contours")
+@click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
+              help="where scratch files go (default: a temp dir)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="also write the results as JSON to this file")
+def tune(backend_name: str, batches: str, writers: str, duration: float, sync: bool,
+         processes: bool, plot_path: Optional[str], base: Optional[str],
+         json_path: Optional[str]) -> None:
+    """Seed 002: throughput over batch size x concurrent writers, the
+    seed's two regression models printed like R's summary(lm), the
+    one-variable-at-a-time optima, and the joint optimum of the fitted
+    surface beside the best measured cell.
+
+    \b
+    Example:
+      qstore-bench tune --batches 1,10,100,1000 --writers 1,2,4,8 --duration 2
+    """
+    b_list, w_list = _int_list(batches), _int_list(writers)
+    backend = bk.by_name([backend_name])[0]
+    bar = _Bar(len(b_list) * len(w_list), "tune")
+    try:
+        result = ex.tune(backend, b_list, w_list, duration, sync, processes, base, bar)
+    except bk.Unsupported as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        bar.close()
+    _header(result)
+    click.echo(f"items/s, {backend_name}, {'processes' if processes else 'threads'}, "
+               f"{'sync' if sync else 'no sync'}, {duration} s per cell")
+    click.echo(f"{'writers':>8} | " + "".join(f"{'batch ' + str(b):>14}" for b in b_list))
+    for w in w_list:
+        row = {c["batch"]: c["items_per_s"] for c in result["cells"] if c["writers"] == w}
+        click.echo(f"{w:>8} | " + "".join(f"{row[b]:>14,.0f}" for b in b_list))
+    m = result["models"]
+    for key in ("linear", "quadratic"):
+        click.echo("")
+        click.echo(m[key]["summary"])
+    oat, joint, best = m["one_at_a_time"], m["joint_optimum"], m["best_measured"]
+    click.echo("")
+    click.echo(f"one at a time: batch fixed at {oat['writers']['batch_fixed']}: best writers "
+               f"{oat['writers']['best_writers']:.2f} -> {oat['writers']['predicted']:,.0f}/s")
+    click.echo(f"               writers fixed at {oat['batch']['writers_fixed']}: best batch "
+               f"{oat['batch']['best_batch']:.1f} -> {oat['batch']['predicted']:,.0f}/s")
+    click.echo(f"joint optimum of the fitted surface: writers {joint['writers']:.2f}, batch "
+               f"{joint['batch']:.1f} -> {joint['predicted']:,.0f}/s")
+    click.echo(f"best measured cell: writers {best['writers']}, batch {best['batch']} -> "
+               f"{best['items_per_s']:,.0f}/s")
+    if plot_path:
+        _plot_tune(result, plot_path)
+        click.echo(f"# plot written to {plot_path}")
+    _save(result, json_path)
+
+
+def _plot_tune(result: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    cells = result["cells"]
+    ws = sorted({c["writers"] for c in cells})
+    bs = sorted({c["batch"] for c in cells})
+    grid = [[next(c["items_per_s"] for c in cells if c["writers"] == w and c["batch"] == b)
+             for b in bs] for w in ws]
+    q = result["models"]["quadratic"]["coefficients"]
+
+    def surface(w: float, b: float) -> float:
+        return (q["(Intercept)"] + q["writers"] * w + q["I(writers^2)"] * w * w
+                + q["batch"] * b + q["I(batch^2)"] * b * b)
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis",
+                   extent=(-0.5, len(bs) - 0.5, -0.5, len(ws) - 0.5))
+    fig.colorbar(im, ax=ax, label="items/s (measured)")
+    xs = [i / 20 * (len(bs) - 1) for i in range(21)]
+    ys = [i / 20 * (len(ws) - 1) for i in range(21)]
+
+    def interp(vals: list[int], t: float) -> float:
+        i = min(int(t), len(vals) - 2)
+        return vals[i] + (vals[i + 1] - vals[i]) * (t - i)
+
+    z = [[surface(interp(ws, y), interp(bs, x)) for x in xs] for y in ys]
+    cs = ax.contour(xs, ys, z, colors="white", linewidths=0.8)
+    ax.clabel(cs, fmt=lambda v: f"{v:,.0f}", fontsize=7)
+    ax.set_xticks(range(len(bs)), [str(b) for b in bs])
+    ax.set_yticks(range(len(ws)), [str(w) for w in ws])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("writers")
+    ax.set_title(f"seed 002 tuning: {result['backend']} (contours: quadratic fit)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -329,3 +329,145 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
     return {"experiment": "perf", "threads": threads, "requests": requests,
             "value_size": value_size, "sync": sync, "reps": reps, "machine": info,
             "backends": report, "results": results}
+
+
+# ---------------------------------------------------------------------- tune
+
+def _writer_loop(store: bk.Store, batch: int, payload: bytes, deadline: float) -> int:
+    """Transactions of `batch` queue items until deadline; items committed."""
+    items = [payload] * batch
+    done = 0
+    while time.perf_counter() < deadline:
+        store.queue_transaction(items)
+        done += batch
+    return done
+
+
+def _process_writer(args: tuple) -> int:
+    name, directory, sync, batch, payload, start, duration = args
+    b = bk.by_name([name])[0]
+    store = b.open(directory, sync) if name not in ("redis", "memcached") else None
+    if store is None:
+        raise bk.Unsupported("server backends in --processes mode")
+    try:
+        while time.time() < start:
+            time.sleep(0.001)
+        return _writer_loop(store, batch, payload, time.perf_counter() + duration)
+    finally:
+        store.close()
+
+
+def tune_cell(backend: bk.Backend, batch: int, writers: int, duration: float, sync: bool,
+              processes: bool, wd: Workdir, session: bk.Session) -> float:
+    """Items per second committed by `writers` concurrent writers doing
+    transactions of `batch` queue puts for `duration` seconds."""
+    payload = b"x" * 36
+    d = wd.fresh()
+    try:
+        if processes:
+            import multiprocessing as mp
+
+            first = bk.open_store(backend, d, sync, session)
+            first.close()    # creates the file; each process opens its own handle
+            start = time.time() + 0.5
+            ctx = mp.get_context("spawn")
+            with ctx.Pool(writers) as pool:
+                counts = pool.map(_process_writer, [(backend.name, d, sync, batch, payload,
+                                                     start, duration)] * writers)
+            return sum(counts) / duration
+        first = bk.open_store(backend, d, sync, session)
+        stores = [first] + [first.connect() for _ in range(writers - 1)]
+        try:
+            counts = [0] * writers
+            errors: list[BaseException] = []
+            barrier = threading.Barrier(writers + 1)
+
+            def run(i: int) -> None:
+                barrier.wait()
+                try:
+                    counts[i] = _writer_loop(stores[i], batch, payload, deadline)
+                except BaseException as e:
+                    errors.append(e)
+
+            deadline = 0.0
+            ths = [threading.Thread(target=run, args=(i,)) for i in range(writers)]
+            for t in ths:
+                t.start()
+            deadline = time.perf_counter() + duration
+            barrier.wait()
+            t0 = time.perf_counter()
+            for t in ths:
+                t.join()
+            if errors:
+                raise errors[0]
+            return sum(counts) / max(duration, time.perf_counter() - t0)
+        finally:
+            for s in {id(s): s for s in stores}.values():
+                s.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def fit_models(cells: list[dict[str, float]]) -> dict[str, Any]:
+    """The seed's two models of throughput: linear in batch and writers, and
+    with squared terms; one-variable-at-a-time optima (the other variable
+    fixed at its median grid value, as the seed fixed batch size 20) and the
+    joint optimum of the quadratic surface within the grid."""
+    from . import regression as rg
+
+    y = [c["items_per_s"] for c in cells]
+    lin = rg.lm(y, cells, "items_per_s", [("writers", lambda r: r["writers"]),
+                                          ("batch", lambda r: r["batch"])])
+    quad = rg.lm(y, cells, "items_per_s", [
+        ("writers", lambda r: r["writers"]), ("I(writers^2)", lambda r: r["writers"] ** 2),
+        ("batch", lambda r: r["batch"]), ("I(batch^2)", lambda r: r["batch"] ** 2)])
+    ws = sorted({c["writers"] for c in cells})
+    bs = sorted({c["batch"] for c in cells})
+    w_fix, b_fix = statistics.median_low(ws), statistics.median_low(bs)
+
+    def pred(w: float, b: float) -> float:
+        return quad.predict({"writers": w, "batch": b})
+
+    w_opt = rg.maximize_1d(lambda w: pred(w, b_fix), ws[0], ws[-1])
+    b_opt = rg.maximize_1d(lambda b: pred(w_fix, b), bs[0], bs[-1])
+    jw, jb = rg.maximize_2d(pred, (ws[0], ws[-1], bs[0], bs[-1]))
+    best = max(cells, key=lambda c: c["items_per_s"])
+
+    def fit_dict(f: Any) -> dict[str, Any]:
+        return {"formula": f.formula, "coefficients": dict(zip(f.names, f.coef)),
+                "std_errors": dict(zip(f.names, f.se)), "t": dict(zip(f.names, f.t)),
+                "p": dict(zip(f.names, f.p)), "r2": f.r2, "adj_r2": f.adj_r2, "rse": f.rse,
+                "df": f.df_resid, "f": f.f, "f_df": list(f.f_df), "f_p": f.f_p,
+                "summary": f.summary()}
+
+    return {
+        "linear": fit_dict(lin), "quadratic": fit_dict(quad),
+        "one_at_a_time": {
+            "writers": {"batch_fixed": b_fix, "best_writers": w_opt,
+                        "predicted": pred(w_opt, b_fix)},
+            "batch": {"writers_fixed": w_fix, "best_batch": b_opt,
+                      "predicted": pred(w_fix, b_opt)}},
+        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb)},
+        "best_measured": best}
+
+
+def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: float,
+         sync: bool, processes: bool, base: Optional[str],
+         progress: Progress = _quiet) -> dict[str, Any]:
+    """Seed 002: throughput over a grid of batch size x concurrent writers,
+    then the seed's regression models and optima (see fit_models)."""
+    usable, report = backend_report([backend], "queue")
+    if not usable:
+        raise bk.Unsupported(f"{backend.name}: {report[backend.name]['reason']}")
+    cells = []
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        with backend.session(sync) as session:
+            for w in writers:
+                for b in batches:
+                    progress(f"writers={w} batch={b}")
+                    cells.append({"writers": w, "batch": b, "items_per_s": tune_cell(
+                        backend, b, w, duration, sync, processes, wd, session)})
+    return {"experiment": "tune", "backend": backend.name, "sync": sync,
+            "processes": processes, "duration": duration, "machine": info, "backends": report,
+            "cells": cells, "models": fit_models(cells)}
