@@ -113,7 +113,7 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert "nosuchdb" in res.output
 
 
-@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune"])
+@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain"])
 def test_help_has_an_example(cmd):
     res = CliRunner().invoke(main, [cmd, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
@@ -183,3 +183,26 @@ def test_tune_command(tmp_path):
     assert 1 <= j["writers"] <= 3 and 1 <= j["batch"] <= 16
     assert "joint optimum" in out and "Estimate" in out
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_drain_command_counts_right_everywhere(tmp_path):
+    from collections import Counter
+
+    from pyqstore.qbench.experiments import _HIT, make_log_lines
+
+    code, data, out = run(["drain", "--lines", "3000", "--consumers", "1,3", "--blocks",
+                           "7,500"], tmp_path)
+    assert code == 0, out
+    assert len(data["cells"]) == 3 * 2 * 2
+    assert data["all_top10_identical"] is True
+    assert all(c["top_matches"] and c["lines_per_s"] > 0 for c in data["cells"])
+    want = Counter(m.group(1).decode() for line in make_log_lines(3000)
+                   if (m := _HIT.search(line)))
+    expect = sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    assert [tuple(x) for x in data["top10"]] == expect
+
+
+def test_drain_with_processes_says_why_not(tmp_path):
+    res = CliRunner().invoke(main, ["drain", "--lines", "10", "--processes"])
+    assert res.exit_code == 1
+    assert "processes" in res.output and "Traceback" not in res.output

@@ -365,5 +365,102 @@ def _plot_tune(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def _heatmaps(panels: list[tuple[str, list[list[float]]]], xs: list[int], ys: list[int],
+              xlabel: str, ylabel: str, unit: str, title: str, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    for ax, (name, grid) in zip(axes[0], panels):
+        im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                ax.text(j, i, f"{v / 1000:,.0f}k", ha="center", va="center", color="white",
+                        fontsize=8)
+        ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+        ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(name)
+        fig.colorbar(im, ax=ax, label=unit)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@main.command()
+@click.option("--lines", type=click.IntRange(1), default=200_000, show_default=True,
+              help="log lines pre-filled into the queue")
+@click.option("--consumers", default="1,2,4,8", show_default=True, help="consumer counts")
+@click.option("--blocks", default="10,100,1000", show_default=True,
+              help="block sizes: items per get_many")
+@click.option("--strategies", default="mapreduce,locked,agent", show_default=True,
+              help="map/reduce (private counts merged at the end), locked (one shared "
+                   "counter under a lock), agent (hits sent to one aggregator through a queue)")
+@click.option("--processes", is_flag=True, help="consumers as processes (not yet possible)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="heat maps (one per strategy) into this PNG")
+@click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
+              help="where scratch files go (default: a temp dir)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="also write the results as JSON to this file")
+def drain(lines: int, consumers: str, blocks: str, strategies: str, processes: bool,
+          plot_path: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
+    """Seed 004: parallel consumers empty a queue of web-server log lines and
+    count the most fetched articles; consumers x block size for each
+    strategy, beside a single-consumer baseline.  The top 10 must be the
+    same in every cell (exit status 1 otherwise).
+
+    \b
+    Example:
+      qstore-bench drain --lines 100000 --consumers 1,2,4 --blocks 10,100,1000
+    """
+    cs = sorted({int(x) for x in consumers.split(",")})
+    bs = sorted({int(x) for x in blocks.split(",")})
+    ss = [s for s in strategies.split(",") if s]
+    bad = [s for s in ss if s not in ("mapreduce", "locked", "agent")]
+    if bad or not cs or not bs or min(cs + bs) < 1:
+        raise click.BadParameter("consumers and blocks are positive integers; strategies are "
+                                 "mapreduce, locked, agent")
+    bar = _Bar(len(cs) * len(bs) * len(ss) + 1, "drain")
+    try:
+        result = ex.drain(lines, cs, bs, ss, processes, base, bar)
+    except bk.Unsupported as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        bar.close()
+    m = result["machine"]
+    click.echo(f"# {m['cpu']}, {m['cores']} cores, Python {m['python']}")
+    click.echo(f"{lines} lines; single consumer, block {result['baseline']['block']}: "
+               f"{result['baseline']['lines_per_s']:,.0f} lines/s")
+    panels = []
+    for s in ss:
+        click.echo(f"\n{s}: lines/s")
+        click.echo(f"{'consumers':>10} | " + "".join(f"{'block ' + str(b):>14}" for b in bs))
+        grid = []
+        for n in cs:
+            row = [next(c["lines_per_s"] for c in result["cells"] if c["strategy"] == s and
+                        c["consumers"] == n and c["block"] == b) for b in bs]
+            grid.append(row)
+            click.echo(f"{n:>10} | " + "".join(f"{v:>14,.0f}" for v in row))
+        panels.append((s, grid))
+    click.echo("\ntop 10 hits:")
+    for path, count in result["top10"]:
+        click.echo(f"  {count:>8}  {path}")
+    click.echo("top 10 identical in every cell: "
+               f"{'yes' if result['all_top10_identical'] else 'NO'}")
+    if plot_path:
+        _heatmaps(panels, bs, cs, "block size (get_many)", "consumers", "lines/s",
+                  "seed 004: draining a queue of log lines", plot_path)
+        click.echo(f"# plot written to {plot_path}")
+    _save(result, json_path)
+    if not result["all_top10_identical"]:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main(prog_name="qstore-bench")

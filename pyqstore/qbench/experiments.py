@@ -471,3 +471,148 @@ def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: 
     return {"experiment": "tune", "backend": backend.name, "sync": sync,
             "processes": processes, "duration": duration, "machine": info, "backends": report,
             "cells": cells, "models": fit_models(cells)}
+
+
+# --------------------------------------------------------------------- drain
+
+import re as _re  # noqa: E402
+from collections import Counter  # noqa: E402
+
+# Wide Finder's question: which articles are fetched most?
+_HIT = _re.compile(rb"GET /ongoing/When/\d\d\dx/(\d\d\d\d/\d\d/\d\d/[^ .]+) ")
+
+
+def make_log_lines(n: int, seed: int = 4) -> list[bytes]:
+    """Synthetic web-server log lines: about 60% are article fetches, with
+    a skewed popularity, the rest other requests."""
+    rng = random.Random(seed)
+    articles = [f"{2003 + i % 8}/{1 + i % 12:02d}/{1 + i % 28:02d}/Article{i}" for i in range(400)]
+    weights = [1.0 / (i + 1) ** 1.1 for i in range(len(articles))]
+    others = ["/ongoing/ongoing.atom", "/favicon.ico", "/ongoing/picInfo.xml?o=http",
+              "/robots.txt", "/ongoing/When/200x/2006/05/16/J1d0.jpg"]
+    out = []
+    picks = rng.choices(range(len(articles)), weights, k=n)
+    for i in range(n):
+        ip = f"{rng.randint(1, 254)}.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{i % 250}"
+        if rng.random() < 0.6:
+            a = articles[picks[i]]
+            path = f"/ongoing/When/{a[:3]}x/{a}"
+        else:
+            path = rng.choice(others)
+        out.append(f'{ip} - - [14/Nov/2007:06:{i % 60:02d}:{i % 59:02d} -0800] "GET {path} '
+                   f'HTTP/1.1" 200 {rng.randint(100, 90000)} "-" "Mozilla/5.0"'.encode())
+    return out
+
+
+def _count_lines(lines: list[bytes], add: Callable[[bytes], None]) -> None:
+    search = _HIT.search
+    for line in lines:
+        m = search(line)
+        if m:
+            add(m.group(1))
+
+
+def drain_cell(lines: list[bytes], consumers: int, block: int, strategy: str,
+               wd: Workdir) -> tuple[float, list[tuple[str, int]]]:
+    """Consumers (threads) empty a pre-filled queue with get_many(block);
+    returns (lines per second, the top 10 hits)."""
+    import pyqstore
+
+    d = wd.fresh()
+    c = pyqstore.open(os.path.join(d, "drain.qs"), "n", sync=False)
+    try:
+        c.queue("log").put_many(lines)
+        total: Counter = Counter()
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def consume() -> None:
+            q = c.queue("log")
+            try:
+                if strategy == "mapreduce":
+                    mine: Counter = Counter()
+
+                    def add(t: bytes) -> None:
+                        mine[t] += 1
+                elif strategy == "locked":
+                    def add(t: bytes) -> None:
+                        with lock:
+                            total[t] += 1
+                else:   # agent: hits go to the aggregator through a queue of the casket
+                    agg = c.queue("hits")
+                    hits: list[bytes] = []
+                    add = hits.append
+                while True:
+                    got = q.get_many(block)
+                    if not got:
+                        break
+                    _count_lines(got, add)
+                    if strategy == "agent" and hits:
+                        agg.put_many(hits)
+                        hits.clear()
+                if strategy == "mapreduce":
+                    with lock:
+                        total.update(mine)
+            except BaseException as e:
+                errors.append(e)
+
+        def aggregate() -> None:
+            agg = c.queue("hits")
+            try:
+                while True:
+                    got = agg.get_many(4096, block=True, timeout=5)
+                    if b"" in got:
+                        got = [g for g in got if g]
+                        total.update(got)
+                        break
+                    total.update(got)
+            except BaseException as e:
+                errors.append(e)
+
+        t0 = time.perf_counter()
+        agent = threading.Thread(target=aggregate) if strategy == "agent" else None
+        if agent:
+            agent.start()
+        ths = [threading.Thread(target=consume) for _ in range(consumers)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        if agent:
+            c.queue("hits").put(b"")    # the end, after every consumer's hits
+            agent.join()
+        dt = time.perf_counter() - t0
+        if errors:
+            raise errors[0]
+        top = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        return len(lines) / dt, [(k.decode(), v) for k, v in top]
+    finally:
+        c.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def drain(lines_n: int, consumers: list[int], blocks: list[int], strategies: list[str],
+          processes: bool, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
+    """Seed 004 on a pyqstore queue: consumers x block size, for each
+    strategy, beside a single-consumer baseline; the top 10 must agree."""
+    if processes:
+        raise bk.Unsupported("consumers as processes need a casket shared between processes, "
+                             "which pyqstore does not offer yet (one process holds the write "
+                             "lock); use threads")
+    lines = make_log_lines(lines_n)
+    cells = []
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        progress("baseline")
+        base_rate, base_top = drain_cell(lines, 1, max(blocks), "mapreduce", wd)
+        for s in strategies:
+            for n in consumers:
+                for b in blocks:
+                    progress(f"{s} consumers={n} block={b}")
+                    rate, top = drain_cell(lines, n, b, s, wd)
+                    cells.append({"strategy": s, "consumers": n, "block": b,
+                                  "lines_per_s": rate, "top_matches": top == base_top})
+    return {"experiment": "drain", "lines": lines_n, "machine": info,
+            "baseline": {"consumers": 1, "block": max(blocks), "lines_per_s": base_rate},
+            "top10": base_top, "cells": cells,
+            "all_top10_identical": all(c["top_matches"] for c in cells)}
