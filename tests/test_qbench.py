@@ -113,7 +113,7 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert "nosuchdb" in res.output
 
 
-@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain"])
+@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain", "codecs", "report"])
 def test_help_has_an_example(cmd):
     res = CliRunner().invoke(main, [cmd, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
@@ -206,3 +206,35 @@ def test_drain_with_processes_says_why_not(tmp_path):
     res = CliRunner().invoke(main, ["drain", "--lines", "10", "--processes"])
     assert res.exit_code == 1
     assert "processes" in res.output and "Traceback" not in res.output
+
+
+def test_codecs_command(tmp_path):
+    import importlib.util
+
+    out_json = tmp_path / "c.json"
+    res = CliRunner().invoke(main, ["codecs", "--max", "400", "--step", "200", "--reps", "2",
+                                    "--json", str(out_json)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out_json.read_text())
+    names = {r["codec"] for r in data["results"]}
+    assert {"pickle", "marshal", "json", "xml"} <= names
+    for opt in ("msgpack", "protobuf"):
+        present = importlib.util.find_spec("google.protobuf" if opt == "protobuf" else opt)
+        assert (opt in names) == bool(present)
+        assert data["codecs"][opt]["available"] == bool(present)
+    for r in data["results"]:
+        assert r["n"] in (200, 400) and r["bytes"] > 0
+        assert r["relative"] == pytest.approx(r["bytes"] / (r["n"] * 14))
+    # json spells every element out: bigger than the raw data
+    assert all(r["relative"] > 1 for r in data["results"] if r["codec"] == "json")
+
+
+def test_report_writes_a_page_with_every_experiment(tmp_path):
+    outdir = tmp_path / "rep"
+    res = CliRunner().invoke(main, ["report", str(outdir), "--small", "--dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    page = (outdir / "index.html").read_text()
+    for part in ("Seed 000", "Seed 001", "Seed 002", "Seed 004", "serialization"):
+        assert part in page
+    for png in ("sweep.png", "sweep-queue.png", "tune.png", "drain.png", "codecs.png"):
+        assert (outdir / png).read_bytes()[:4] == b"\x89PNG" and png in page

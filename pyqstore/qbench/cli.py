@@ -81,6 +81,9 @@ def main() -> None:
       qstore-bench correctness             # seed 001's correctness test
       qstore-bench perf --threads 4        # seed 001's throughput test
       qstore-bench tune                    # seed 002's batch x writers fit
+      qstore-bench drain                   # seed 004's parallel consumers
+      qstore-bench codecs                  # seed 000's serialization test
+      qstore-bench report out/             # all of it, quickly, as HTML
     """
 
 
@@ -460,6 +463,172 @@ def drain(lines: int, consumers: str, blocks: str, strategies: str, processes: b
     _save(result, json_path)
     if not result["all_top10_identical"]:
         sys.exit(1)
+
+
+@main.command()
+@click.option("--max", "max_n", type=click.IntRange(1), default=10_000, show_default=True,
+              help="largest number of elements")
+@click.option("--step", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--reps", type=click.IntRange(1), default=50, show_default=True,
+              help="encodings and decodings timed per size")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="size and time vs elements into this PNG")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="also write the results as JSON to this file")
+def codecs(max_n: int, step: int, reps: int, plot_path: Optional[str],
+           json_path: Optional[str]) -> None:
+    """Seed 000's serialization experiment: an object with n ints and n
+    strings, n = STEP .. MAX; encoded size (and relative to the raw data)
+    and encode/decode time per object for pickle, marshal, json, msgpack,
+    Protocol Buffers (message defined at run time) and XML.
+
+    \b
+    Example:
+      qstore-bench codecs --max 2000 --step 500 --reps 10 --plot codecs.png
+    """
+    from . import codecs as cd
+
+    result = cd.run(max_n, step, reps)
+    for name, st in result["codecs"].items():
+        if not st["available"]:
+            click.echo(f"#   {name:<10} unavailable: {st['reason']}")
+    click.echo(f"{'codec':<10}{'n':>8}{'bytes':>10}{'x raw':>8}{'enc us':>11}{'dec us':>11}")
+    shown = {step, max_n - max_n % step, (max_n // step // 2) * step}
+    for r in result["results"]:
+        if r["n"] in shown:
+            click.echo(f"{r['codec']:<10}{r['n']:>8}{r['bytes']:>10}{r['relative']:>8.2f}"
+                       f"{r['encode_us']:>11.1f}{r['decode_us']:>11.1f}")
+    if plot_path:
+        _plot_codecs(result, plot_path)
+        click.echo(f"# plot written to {plot_path}")
+    _save(result, json_path)
+
+
+def _plot_codecs(result: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in dict.fromkeys(r["codec"] for r in result["results"]):
+        rows = [r for r in result["results"] if r["codec"] == name]
+        ns = [r["n"] for r in rows]
+        a.plot(ns, [r["bytes"] for r in rows], label=name)
+        b.plot(ns, [r["encode_us"] + r["decode_us"] for r in rows], label=name)
+    a.set_ylabel("bytes per object")
+    b.set_ylabel("encode + decode, µs per object")
+    for ax in (a, b):
+        ax.set_xlabel("elements (ints and strings each)")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _html_table(head: list[str], rows: list[list[Any]]) -> str:
+    import html
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            v = f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
+        return f"<td>{html.escape(str(v))}</td>"
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows)
+            + "</table>")
+
+
+@main.command()
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
+              help="where scratch files go (default: a temp dir)")
+@click.option("--small", is_flag=True, help="tiny sizes (seconds, for a smoke test)")
+def report(outdir: str, base: Optional[str], small: bool) -> None:
+    """Run a quick version of every experiment and write OUTDIR/index.html
+    with the tables and plots, to look at rather than read.
+
+    \b
+    Example:
+      qstore-bench report out/ && xdg-open out/index.html
+    """
+    import html
+    import os
+
+    from . import codecs as cd
+
+    os.makedirs(outdir, exist_ok=True)
+    steps = 7
+    bar = _Bar(steps, "report")
+    parts: list[str] = []
+    try:
+        k = 0.02 if small else 1.0
+        sw = ex.sweep(bk.by_name(None), 1 if small else 3, 1 if small else 3, True, 36,
+                      "casket", base, bar)
+        _plot_sweep(sw, os.path.join(outdir, "sweep.png"))
+        swq = ex.sweep(bk.by_name(None), 1 if small else 3, 1 if small else 3, False, 36,
+                       "queue", base, bar)
+        _plot_sweep(swq, os.path.join(outdir, "sweep-queue.png"))
+        co = ex.correctness(bk.by_name(None), int(200 * k) + 2, int((1 << 20) * k), base, bar)
+        pf = ex.perf(bk.by_name(None), 2, int(5000 * k), 32, False, 1, base, bar)
+        tu = ex.tune(bk.by_name(["pyqstore"])[0], [1, 10, 100, 1000], [1, 2, 4], 0.5 * k,
+                     not small, False, base, bar)
+        _plot_tune(tu, os.path.join(outdir, "tune.png"))
+        dr = ex.drain(int(50_000 * k), [1, 2, 4], [10, 100, 1000],
+                      ["mapreduce", "locked", "agent"], False, base, bar)
+        cs, bs = sorted({c["consumers"] for c in dr["cells"]}), sorted(
+            {c["block"] for c in dr["cells"]})
+        panels = [(s, [[next(c["lines_per_s"] for c in dr["cells"] if c["strategy"] == s and
+                             c["consumers"] == n and c["block"] == b) for b in bs] for n in cs])
+                  for s in ("mapreduce", "locked", "agent")]
+        _heatmaps(panels, bs, cs, "block size", "consumers", "lines/s", "seed 004 drain",
+                  os.path.join(outdir, "drain.png"))
+        bar("codecs")
+        cdr = cd.run(400, 200, 2) if small else cd.run(2000, 200, 10)
+        _plot_codecs(cdr, os.path.join(outdir, "codecs.png"))
+    finally:
+        bar.close()
+    m = sw["machine"]
+    avail = [[n, s.get("version", "-") if s["available"] else "unavailable: " + s["reason"]]
+             for n, s in sw["backends"].items()]
+    parts.append(f"<p>{html.escape(m['cpu'])}, {m['cores']} cores, Python {m['python']}, "
+                 f"{html.escape(m['filesystem'])}</p>" + _html_table(["backend", "version"], avail))
+    parts.append("<h2>Seed 000: one transaction of n items (casket layer, synced)</h2>"
+                 "<img src='sweep.png'>" + _html_table(
+                     ["backend", "n", "s/txn (median)", "min", "max", "µs/item", "items/s"],
+                     [[r["backend"], r["n"], r["seconds"]["median"], r["seconds"]["min"],
+                       r["seconds"]["max"], r["us_per_item"], r["items_per_s"]]
+                      for r in sw["results"]]))
+    parts.append("<h2>The same on the queue layer (no sync)</h2><img src='sweep-queue.png'>")
+    parts.append("<h2>Seed 001: correctness</h2>" + _html_table(
+        ["backend", "mismatches", "checks"],
+        [[r["backend"], r["mismatches"], "; ".join(f"{k}: {v}" for k, v in r["checks"].items())]
+         for r in co["results"]]))
+    parts.append("<h2>Seed 001: throughput, 2 threads, 5000 requests of 32 bytes</h2>"
+                 + _html_table(["backend", "writes/s", "reads/s"],
+                               [[r["backend"], r["writes_per_s"], r["reads_per_s"]]
+                                for r in pf["results"]]))
+    tm = tu["models"]
+    parts.append("<h2>Seed 002: tuning batch size x writers (pyqstore, synced)</h2>"
+                 "<img src='tune.png'><pre>" + html.escape(tm["quadratic"]["summary"]) +
+                 "</pre>" + f"<p>joint optimum of the fit: writers "
+                 f"{tm['joint_optimum']['writers']:.2f}, batch {tm['joint_optimum']['batch']:.1f}"
+                 f"; best measured: {tm['best_measured']}</p>")
+    parts.append("<h2>Seed 004: draining log lines</h2><img src='drain.png'><p>top 10 "
+                 f"identical in every cell: {dr['all_top10_identical']}</p>" + _html_table(
+                     ["hits", "article"], [[v, k] for k, v in dr["top10"]]))
+    parts.append("<h2>Seed 000: serialization</h2><img src='codecs.png'>")
+    page = ("<!doctype html><meta charset='utf-8'><title>qstore-bench report</title>"
+            "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
+            "text-align:right}img{max-width:100%}</style><h1>qstore-bench report</h1>"
+            + "".join(parts))
+    path = os.path.join(outdir, "index.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+    click.echo(path)
 
 
 if __name__ == "__main__":
