@@ -1012,7 +1012,8 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
                 wr64(cell + L_SEQ, seq0 + i);
                 memcpy(cell + L_DATA, key, klen);
                 cell[L_DATA + klen] = tag;
-                memcpy(cell + L_DATA + klen + 1, v, lens[i]);
+                if (lens[i])
+                    memcpy(cell + L_DATA + klen + 1, v, lens[i]);
                 if (!node_put(pg, at, cell, size))
                     break;
                 v += lens[i];
@@ -1036,7 +1037,8 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
         if (!one)
             return QS_NOMEM;
         one[0] = tag;
-        memcpy(one + 1, v, lens[i]);
+        if (lens[i])
+            memcpy(one + 1, v, lens[i]);
         bt_key ik = {key, klen, seq0 + i};
         valid = 0;
         rc = insert_impl(c, &path, &ik, one, (size_t)lens[i] + 1, &valid);

@@ -809,8 +809,10 @@ static int pend_add(qs_casket *c, const void *key, size_t klen, const void *val,
         return QS_NOMEM;
     if (c->pend_n == 0)
         c->pend_koff[0] = c->pend_voff[0] = 0;
-    memcpy(c->pend_keys.data + c->pend_keys.len, key, klen);
-    memcpy(c->pend_vals.data + c->pend_vals.len, val, vlen);
+    if (klen)
+        memcpy(c->pend_keys.data + c->pend_keys.len, key, klen);
+    if (vlen)
+        memcpy(c->pend_vals.data + c->pend_vals.len, val, vlen);
     c->pend_keys.len += klen;
     c->pend_vals.len += vlen;
     c->pend_n++;

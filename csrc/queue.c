@@ -50,6 +50,7 @@ typedef struct qq_queue {
     double min_deadline;        /* earliest lease end, INFINITY if none */
     uint64_t gen;               /* bumped when items may have become available */
     pthread_cond_t cond;
+    int pins;                   /* readers about to wait on cond: keep it */
     /* Where the next put goes: valid while tail_mods == registry mods,
      * i.e. no other change to the queue tree since (saves a seek). */
     bt_path tail;
@@ -63,6 +64,7 @@ typedef struct qq_registry {
     qq_queue *touched;
     uint64_t next_token;
     uint64_t mods;              /* bumped by every change to the queue tree */
+    size_t sweep_at;            /* entries that trigger dropping idle ones */
 } qq_registry;
 
 /* ---- the registry ---------------------------------------------------------- */
@@ -124,6 +126,30 @@ static int registry_grow(qq_registry *r)
     return 0;
 }
 
+/* An entry that holds nothing a fresh lookup would not rebuild: no items
+ * in either view, no reservations, no waiter, untouched by the open
+ * transaction. */
+static int idle(const qq_queue *q)
+{
+    return !q->pins && !q->nm && !q->touched && !q->clen && !q->dlen;
+}
+
+/* Drops idle entries, so a handle that asks about many short-lived names
+ * (reply queues, typos) does not grow without bound. */
+static void sweep_idle(qq_registry *r)
+{
+    for (size_t i = 0; i < r->cap; i++)
+        for (qq_queue **pp = &r->tab[i]; *pp;) {
+            qq_queue *q = *pp;
+            if (idle(q)) {
+                *pp = q->hnext;
+                queue_free(q);
+                r->n--;
+            } else
+                pp = &q->hnext;
+        }
+}
+
 /* Records of key in the committed tree. */
 static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint64_t *n)
 {
@@ -145,6 +171,7 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     if (!r) {
         if (!(r = calloc(1, sizeof *r)))
             return QS_NOMEM;
+        r->sweep_at = 256;
         c->queues = r;
     }
     uint64_t h = hash_bytes(key, klen);
@@ -154,6 +181,10 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
                 *out = q;
                 return 0;
             }
+    if (r->n >= r->sweep_at) {
+        sweep_idle(r);
+        r->sweep_at = r->n * 2 > 256 ? r->n * 2 : 256;
+    }
     if (r->n + 1 > r->cap * 3 / 4 && registry_grow(r) != 0)
         return QS_NOMEM;
     qq_queue *q = calloc(1, sizeof *q);
@@ -723,6 +754,7 @@ typedef struct take_args {
     double lease;
     outbuf out;
     uint64_t token;
+    int will_wait;          /* found empty: pin the queue for take_wait */
     qq_queue *q;            /* for waiting: the queue ... */
     uint64_t gen;           /* ... and its generation when found empty */
 } take_args;
@@ -797,8 +829,11 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     if (rc == QS_NOTFOUND && a->out.n > 0)
         rc = 0;
-    if (rc == QS_NOTFOUND)
+    if (rc == QS_NOTFOUND) {
         a->gen = q->gen;
+        if (a->will_wait)
+            q->pins++;      /* take_wait unpins once it stops waiting */
+    }
     return rc;
 }
 
@@ -807,16 +842,19 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : cs_now() + timeout;
+    a->will_wait = !nowait;
     for (;;) {
+        a->q = NULL;
         int rc = cs_write(c, take_fn, a);
         if (rc != QS_NOTFOUND || nowait || !a->q)
             return rc;
-        qq_queue *q = a->q;
+        qq_queue *q = a->q;     /* pinned by take_fn */
         pthread_mutex_lock(&c->mu);
         int retry = 0;
         while (!retry && q->gen == a->gen && !atomic_load(&c->closed)) {
             double now = cs_now();
             if (now >= deadline) {
+                q->pins--;
                 pthread_mutex_unlock(&c->mu);
                 return QS_NOTFOUND;
             }
@@ -834,6 +872,7 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
                 pthread_cond_timedwait(&q->cond, &c->mu, &ts);
             }
         }
+        q->pins--;
         pthread_mutex_unlock(&c->mu);
         if (atomic_load(&c->closed))
             return QS_CLOSED;
