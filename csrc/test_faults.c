@@ -17,6 +17,7 @@
  * reorder unsynced writes), then checks that the copy opens to the state
  * after a whole transaction, no older than the last one committed.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -97,6 +98,77 @@ static void f_arm(int kind, long nth, int sticky, int err)
 
 static void f_disarm(void) { atomic_store(&f_kind, F_NONE); }
 
+/* Set by the big-transaction tests: fdatasync/fsync do not reach the disk
+ * (the power-loss simulation keeps its own account of what a sync made
+ * durable, and injected faults still apply), so thousands of reopens do
+ * not wait on a slow disk. */
+static atomic_int f_fake_sync;
+
+/* While f_watch is set: f_commits counts commit frames (log pages past the
+ * header with the commit flag in their trailer) that were written whole.
+ * A transaction is committed exactly when its commit frame reached the
+ * log, so a test can tell what qs_commit had to leave visible. */
+#define F_TR_FLAGS 4004u            /* pagefmt.h: TR_FLAGS */
+static atomic_int f_watch;
+static atomic_long f_commits;
+static atomic_long f_commit_countdown;  /* f_countdown when one was seen */
+
+/* Commit frames among the frames a write to the log carries (wal.c: a
+ * frame is an 8-byte header -- magic "QSFR", hole start, hole end -- then
+ * the page without its hole, so its trailer ends the frame). */
+#define F_FRAME_MAGIC 0x52465351u
+static int f_has_commit(const struct iovec *iov, int cnt, off_t off)
+{
+    if (off < 4096)
+        return 0;
+    size_t len = 0;
+    for (int i = 0; i < cnt; i++)
+        len += iov[i].iov_len;
+    unsigned char *b = malloc(len ? len : 1);
+    if (!b)
+        return 0;
+    size_t at = 0;
+    for (int i = 0; i < cnt; i++) {
+        memcpy(b + at, iov[i].iov_base, iov[i].iov_len);
+        at += iov[i].iov_len;
+    }
+    int found = 0;
+    for (size_t q = 0; q + 8 <= len;) {
+        uint32_t magic;
+        uint16_t hs, he;
+        memcpy(&magic, b + q, 4);
+        memcpy(&hs, b + q + 4, 2);
+        memcpy(&he, b + q + 6, 2);
+        if (magic != F_FRAME_MAGIC || hs > he || he > 4000)
+            break;
+        size_t flen = 8 + 4096 - (size_t)(he - hs);
+        if (q + flen > len)
+            break;
+        if (b[q + flen - (4096 - F_TR_FLAGS)] & 1)
+            found++;
+        q += flen;
+    }
+    free(b);
+    return found;
+}
+
+static void f_watch_commit(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    if (!atomic_load(&f_watch))
+        return;
+    char link[64], path[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    path[n > 0 ? n : 0] = 0;
+    if (n <= 0 || !is_log(path))
+        return;
+    int found = f_has_commit(iov, cnt, off);
+    if (found) {
+        atomic_fetch_add(&f_commits, found);
+        atomic_store(&f_commit_countdown, atomic_load(&f_countdown));
+    }
+}
+
 
 /* ---- power-loss simulation ------------------------------------------
  * While enabled, every page written to the casket's two files since that
@@ -122,11 +194,57 @@ static long pl_writes;              /* tracked write calls */
 static long pl_stride = 5, pl_max_snaps = 120;
 static int pl_nsnaps;
 static uint64_t pl_committed;       /* set by the test after each commit */
-static uint64_t pl_snap_committed[512];
+static uint64_t pl_snap_committed[1024];
 static tc_rng pl_rng = {42};
 static char pl_dir[512];
 static long pl_unsynced[2];          /* diagnosis: log / main pages varied */
+/* Used by the big-transaction tests (0 elsewhere): snapshot every
+ * pl_stride_main-th write to the main file and every pl_stride_log-th
+ * write to the log instead of every pl_stride-th write; vary how the
+ * unsynced pages are chosen per snapshot. */
+static long pl_stride_main, pl_stride_log, pl_off_main, pl_off_log;
+static long pl_writes_main, pl_writes_log;
+static int pl_mix_modes;
+static uint64_t pl_floor;           /* pl_committed at the last log sync */
+static uint64_t pl_started;         /* the transaction under way */
+static uint64_t pl_snap_floor[1024], pl_snap_started[1024];
+static char pl_snap_write[1024][64];    /* the write the cut came after */
+static uint64_t pl_last_off, pl_last_len;
+/* (fd, page offset) -> index + 1 into pl_pages: a big transaction leaves
+ * thousands of unsynced pages */
+static uint32_t *pl_idx;
+static size_t pl_idx_cap;
 
+static size_t pl_hash(int fd, uint64_t off)
+{
+    uint64_t x = (off / 4096) * 0x9E3779B97F4A7C15ull ^ (uint64_t)fd * 0xBF58476D1CE4E5B9ull;
+    return (size_t)(x ^ (x >> 31));
+}
+
+static void pl_idx_add(size_t i)
+{
+    size_t m = pl_idx_cap - 1, h = pl_hash(pl_pages[i].fd, pl_pages[i].off) & m;
+    while (pl_idx[h])
+        h = (h + 1) & m;
+    pl_idx[h] = (uint32_t)(i + 1);
+}
+
+static void pl_idx_rebuild(void)
+{
+    size_t want = 1024;
+    while (want < 2 * (pl_n + 1))
+        want *= 2;
+    if (want != pl_idx_cap) {
+        free(pl_idx);
+        pl_idx = malloc(want * sizeof *pl_idx);
+        pl_idx_cap = want;
+    }
+    memset(pl_idx, 0, pl_idx_cap * sizeof *pl_idx);
+    for (size_t i = 0; i < pl_n; i++)
+        pl_idx_add(i);
+}
+
+/* 1: the main file, 2: the log, 0: not tracked */
 static int pl_tracked(int fd)
 {
     if (!pl_on)
@@ -137,14 +255,19 @@ static int pl_tracked(int fd)
     if (n <= 0)
         return 0;
     path[n] = 0;
-    return strcmp(path, pl_main) == 0 || strcmp(path, pl_log) == 0;
+    return strcmp(path, pl_main) == 0 ? 1 : strcmp(path, pl_log) == 0 ? 2 : 0;
 }
 
 static pl_page *pl_find(int fd, uint64_t off)
 {
-    for (size_t i = 0; i < pl_n; i++)
-        if (pl_pages[i].fd == fd && pl_pages[i].off == off)
-            return &pl_pages[i];
+    if (!pl_idx_cap)
+        pl_idx_rebuild();
+    for (size_t h = pl_hash(fd, off) & (pl_idx_cap - 1); pl_idx[h];
+         h = (h + 1) & (pl_idx_cap - 1)) {
+        pl_page *q = &pl_pages[pl_idx[h] - 1];
+        if (q->fd == fd && q->off == off)
+            return q;
+    }
     if (pl_n == pl_cap) {
         pl_cap = pl_cap ? pl_cap * 2 : 256;
         pl_pages = realloc(pl_pages, pl_cap * sizeof *pl_pages);
@@ -153,6 +276,10 @@ static pl_page *pl_find(int fd, uint64_t off)
     memset(p, 0, sizeof *p);
     p->fd = fd;
     p->off = off;
+    if (2 * (pl_n + 1) > pl_idx_cap)
+        pl_idx_rebuild();
+    else
+        pl_idx_add(pl_n - 1);
     unsigned char *buf = malloc(4096);
     ssize_t got = pread(fd, buf, 4096, (off_t)off);
     if (got <= 0) {
@@ -183,6 +310,8 @@ static void pl_before(int fd, uint64_t off, size_t len)
 /* called after it: remember the new content of each page */
 static void pl_after(int fd, uint64_t off, size_t len)
 {
+    pl_last_off = off;
+    pl_last_len = len;
     for (uint64_t a = off / 4096 * 4096; a < off + len; a += 4096) {
         pl_page *p = pl_find(fd, a);
         unsigned char *buf = calloc(1, 4096);
@@ -203,6 +332,7 @@ static void pl_synced(int fd)
             pl_pages[j++] = pl_pages[i];
     }
     pl_n = j;
+    pl_idx_rebuild();
 }
 
 static void pl_copy_raw(const char *from, const char *to)
@@ -221,13 +351,31 @@ static void pl_copy_raw(const char *from, const char *to)
 }
 
 /* after a tracked write: maybe take a snapshot (a simulated power cut) */
-static void pl_maybe_snapshot(int main_fd_hint)
+static long pl_commit_cuts;
+
+/* which: 1 main file, 2 log; commit: the write carried a commit frame */
+static void pl_maybe_snapshot(int which, int commit)
 {
-    (void)main_fd_hint;
     pl_writes++;
-    if (pl_nsnaps >= pl_max_snaps || pl_writes % pl_stride != 0)
+    if (pl_stride_main) {
+        long n = which == 1 ? ++pl_writes_main : ++pl_writes_log;
+        long stride = which == 1 ? pl_stride_main : pl_stride_log;
+        long off = which == 1 ? pl_off_main : pl_off_log;
+        /* right after a commit frame is the sharpest point: always cut */
+        if (pl_nsnaps >= pl_max_snaps || (!commit && (n + off) % stride != 0))
+            return;
+        pl_commit_cuts += commit != 0;
+    } else if (pl_nsnaps >= pl_max_snaps || pl_writes % pl_stride != 0)
         return;
     int k = pl_nsnaps++;
+    /* pl_mix_modes: a quarter of the cuts keep every unsynced page's last
+     * version, a quarter its synced one, half choose page by page */
+    int smode = pl_mix_modes ? (int)tc_below(&pl_rng, 4) : 0;
+    pl_snap_floor[k] = pl_floor;
+    pl_snap_started[k] = pl_started;
+    snprintf(pl_snap_write[k], sizeof pl_snap_write[k], "%s %s of %" PRIu64 " bytes at %" PRIu64,
+             which == 1 ? "main" : "log", commit ? "commit write" : "write", pl_last_len,
+             pl_last_off);
     char m[700], l[720];
     snprintf(m, sizeof m, "%s/snap%03d", pl_dir, k);
     snprintf(l, sizeof l, "%s/snap%03d-log", pl_dir, k);
@@ -256,6 +404,10 @@ static void pl_maybe_snapshot(int main_fd_hint)
             choice = 0;
         else if (mode && *mode == '3')
             choice = is_main ? p->nver : 0;
+        else if (smode == 2)
+            choice = p->nver;
+        else if (smode == 3)
+            choice = 0;
         if (mode)
             pl_unsynced[is_main] += 1;
         unsigned char zero[4096] = {0};
@@ -294,11 +446,14 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
     if (track)
         pl_before(fd, (uint64_t)off, n);
     ssize_t r = real_pwrite(fd, buf, n, off);
+    struct iovec one = {(void *)buf, r > 0 ? (size_t)r : 0};
     if (track && r > 0) {
         pl_after(fd, (uint64_t)off, (size_t)r);
-        pl_maybe_snapshot(fd);
+        pl_maybe_snapshot(track, track == 2 && f_has_commit(&one, 1, off));
     }
     pthread_mutex_unlock(&pl_mu);
+    if (r > 0)
+        f_watch_commit(fd, &one, 1, off);
     return r;
 }
 
@@ -331,9 +486,12 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
     ssize_t r = real_pwritev(fd, iov, cnt, off);
     if (track && r > 0) {
         pl_after(fd, (uint64_t)off, (size_t)r);
-        pl_maybe_snapshot(fd);
+        pl_maybe_snapshot(track, track == 2 && (size_t)r == total &&
+                                     f_has_commit(iov, cnt, off));
     }
     pthread_mutex_unlock(&pl_mu);
+    if (r > 0 && (size_t)r == total)
+        f_watch_commit(fd, iov, cnt, off);
     return r;
 }
 
@@ -349,10 +507,13 @@ int fdatasync(int fd)
         errno = atomic_load(&f_errno);
         return -1;
     }
-    int r = real_fdatasync(fd);
+    int r = atomic_load(&f_fake_sync) ? 0 : real_fdatasync(fd);
     pthread_mutex_lock(&pl_mu);
-    if (r == 0 && pl_tracked(fd))
+    int which = r == 0 ? pl_tracked(fd) : 0;
+    if (which)
         pl_synced(fd);
+    if (which == 2)
+        pl_floor = pl_committed;    /* every commit so far is durable */
     pthread_mutex_unlock(&pl_mu);
     return r;
 }
@@ -364,10 +525,13 @@ int fsync(int fd)
         errno = atomic_load(&f_errno);
         return -1;
     }
-    int r = real_fsync(fd);
+    int r = atomic_load(&f_fake_sync) ? 0 : real_fsync(fd);
     pthread_mutex_lock(&pl_mu);
-    if (r == 0 && pl_tracked(fd))
+    int which = r == 0 ? pl_tracked(fd) : 0;
+    if (which)
         pl_synced(fd);
+    if (which == 2)
+        pl_floor = pl_committed;    /* every commit so far is durable */
     pthread_mutex_unlock(&pl_mu);
     return r;
 }
@@ -390,6 +554,7 @@ int ftruncate(int fd, off_t len)
                 pl_pages[j++] = pl_pages[i];
         }
         pl_n = j;
+        pl_idx_rebuild();
     }
     pthread_mutex_unlock(&pl_mu);
     return r;
@@ -882,6 +1047,7 @@ static void power_loss(void)
     for (size_t i = 0; i < pl_n; i++)
         pl_page_free(&pl_pages[i]);
     pl_n = 0;
+    pl_idx_rebuild();
     pthread_mutex_unlock(&pl_mu);
     CHECK_RC(qs_close(c), 0);
     printf("  seed %" PRIu64 ": %ld tracked writes, %d simulated power cuts "
@@ -944,6 +1110,938 @@ static void power_loss(void)
     tc_tmp_remove(&t);
 }
 
+
+/* ------------------------------------------------------------------ */
+/* big transactions: pages the file grows by go straight to the main   */
+/* file (pager.c, DIRECT) when a commit has DIRECT_MIN (32) of them or  */
+/* when they are spilled; the main file is synced before the commit     */
+/* frame.  The workload mixes transactions that grow the file by        */
+/* hundreds of pages (putdup_many of records of 100-300 bytes, queue    */
+/* put_many), ones that free pages and reuse them, small ones, and      */
+/* aborted big ones.                                                     */
+
+#define BG_MAXTX 64
+#define BG_Q "bigq"
+#define BG_QN 4
+
+enum { BG_RECS, BG_QUEUE, BG_SMALL, BG_DEL, BG_MIX };
+
+typedef struct {
+    int kind;
+    int nrec;       /* records it adds, keys "hh.iii.rrrrr" */
+    int nq;         /* queue items it adds */
+    int del;        /* the transaction whose records it removes (0: none) */
+    int qget;       /* queue items it asks for (qs_queue_get) */
+    int chunk;      /* records per qs_putdup_many call (0: one call) */
+    int abort;      /* ends in qs_abort */
+    int got;        /* queue items its get returned */
+    int status;     /* 1: committed */
+} bg_tx;
+
+typedef struct {
+    bg_tx tx[BG_MAXTX + 1];     /* 1-based */
+    int ntx;
+} bg_model;
+
+static long bg_errors;          /* mismatches seen while running */
+
+static uint32_t bg_hash(uint32_t a, uint32_t b)
+{
+    uint64_t x = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    return (uint32_t)x;
+}
+
+static int bg_key(char *k, int i, int r)
+{
+    return snprintf(k, 32, "%02x.%03d.%05d", bg_hash((uint32_t)i, (uint32_t)r) & 0xff, i, r);
+}
+
+/* value of record r of transaction i (q = 0) or of its queue item r (q = 1) */
+static size_t bg_vlen(int i, int r, int q)
+{
+    return 100 + bg_hash((uint32_t)(2 * i + q), (uint32_t)r ^ 0x5555u) % 201;
+}
+
+static size_t bg_val(unsigned char *p, int i, int r, int q)
+{
+    size_t n = bg_vlen(i, r, q);
+    uint32_t s = bg_hash((uint32_t)(i + 1000 * q), (uint32_t)r);
+    for (size_t b = 0; b < n; b++)
+        p[b] = (unsigned char)(s + b * 7 + (b >> 5));
+    if (q) {        /* queue items say whose they are */
+        memcpy(p, &i, 4);
+        memcpy(p + 4, &r, 4);
+    }
+    return n;
+}
+
+static int bg_alive(const bg_model *m, int i, int j)
+{
+    if (i > j || !m->tx[i].status || !m->tx[i].nrec)
+        return 0;
+    for (int k = i + 1; k <= j; k++)
+        if (m->tx[k].status && m->tx[k].del == i)
+            return 0;
+    return 1;
+}
+
+/* The queue after transaction j (counting j itself when self is set,
+ * whatever its status): items (i << 20 | r) in order, *front of them
+ * consumed.  Returns the malloc'd sequence. */
+static uint32_t *bg_qseq(const bg_model *m, int j, int self, size_t *n, size_t *front)
+{
+    size_t cap = 16, len = 0, got = 0;
+    uint32_t *seq = malloc(cap * sizeof *seq);
+    for (int i = 1; i <= j; i++) {
+        const bg_tx *t = &m->tx[i];
+        if (!t->status && !(self && i == j))
+            continue;
+        for (int r = 0; r < t->nq; r++) {
+            if (len == cap)
+                seq = realloc(seq, (cap *= 2) * sizeof *seq);
+            seq[len++] = (uint32_t)i << 20 | (uint32_t)r;
+        }
+        if (!(self && i == j))
+            got += (size_t)t->got;
+    }
+    *n = len;
+    *front = got;
+    return seq;
+}
+
+/* checks queue items against the model's sequence from position at */
+static int bg_check_items(const qs_items *it, const uint32_t *seq, size_t nseq,
+                          size_t at, const char *what)
+{
+    unsigned char want[512];
+    int bad = 0;
+    for (size_t x = 0; x < it->count; x++) {
+        if (at + x >= nseq) {
+            printf("  %s: queue item %zu is beyond the %zu expected\n", what, at + x, nseq);
+            return bad + 1;
+        }
+        int i = (int)(seq[at + x] >> 20), r = (int)(seq[at + x] & 0xfffff);
+        size_t wn = bg_val(want, i, r, 1);
+        size_t n = (size_t)(it->off[x + 1] - it->off[x]);
+        if (n != wn || memcmp(it->data + it->off[x], want, wn) != 0 ||
+            (x && it->ids[x] <= it->ids[x - 1])) {
+            if (bad < 3) {
+                int gi = -1, gr = -1;
+                if (n >= 8) {
+                    memcpy(&gi, it->data + it->off[x], 4);
+                    memcpy(&gr, it->data + it->off[x] + 4, 4);
+                }
+                printf("  %s: queue item %zu is (%d, %d) len %zu, want (%d, %d) len %zu\n",
+                       what, at + x, gi, gr, n, i, r, wn);
+            }
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* The casket holds exactly the state after transaction j: every record
+ * of each transaction or none (values checked, nothing else), "last",
+ * the queue's items in order, and qs_check passes. */
+static int bg_verify(qs_casket *c, const bg_model *m, int j, const char *what)
+{
+    int bad = 0;
+    long tally[BG_MAXTX + 1] = {0};
+    uint64_t total = 0, want_total = 0;
+    int saw_last = 0;
+    unsigned char want[512];
+    qs_cursor *cur = NULL;
+    int rc = qs_cursor_open(c, &cur);
+    if (rc) {
+        printf("  %s: qs_cursor_open %d (%s)\n", what, rc, qs_strerror(rc));
+        return 1;
+    }
+    rc = qs_cursor_first(cur);
+    while (rc == 0) {
+        void *out = NULL;
+        size_t outlen = 0;
+        uint64_t count = 0;
+        rc = qs_cursor_read(cur, 4096, 0, &out, &outlen, &count);
+        if (rc || count == 0) {
+            qs_free(out);
+            break;
+        }
+        const unsigned char *p = out, *end = p + outlen;
+        for (uint64_t x = 0; x < count && p + 8 <= end; x++) {
+            uint32_t kn, vn;
+            memcpy(&kn, p, 4);
+            const char *k = (const char *)p + 4;
+            memcpy(&vn, p + 4 + kn, 4);
+            const unsigned char *v = p + 8 + kn;
+            p += 8 + kn + vn;
+            total++;
+            int i, r;
+            unsigned h;
+            char kz[40] = "";
+            if (kn < sizeof kz)
+                memcpy(kz, k, kn);
+            if (kn == 4 && memcmp(k, "last", 4) == 0) {
+                char tmp[24] = "";
+                memcpy(tmp, v, vn < 23 ? vn : 23);
+                if (saw_last++ || (int)strtol(tmp, NULL, 10) != j) {
+                    printf("  %s: \"last\" is %s, want %d\n", what, tmp, j);
+                    bad++;
+                }
+            } else if (kn == 12 && sscanf(kz, "%2x.%3d.%5d", &h, &i, &r) == 3 && i >= 1 &&
+                       i <= m->ntx && r < m->tx[i].nrec) {
+                size_t wn = bg_val(want, i, r, 0);
+                if (vn != wn || memcmp(v, want, wn) != 0) {
+                    if (bad < 5)
+                        printf("  %s: record %s has a wrong value\n", what, kz);
+                    bad++;
+                }
+                tally[i]++;
+            } else {
+                if (bad < 5)
+                    printf("  %s: unexpected record \"%s\" (%u bytes)\n", what, kz, kn);
+                bad++;
+            }
+        }
+        qs_free(out);
+    }
+    qs_cursor_close(cur);
+    if (rc != 0 && rc != QS_NOTFOUND) {
+        printf("  %s: reading the records failed: %d (%s)\n", what, rc, qs_strerror(rc));
+        bad++;
+    }
+    if (j > 0 && !saw_last) {
+        printf("  %s: \"last\" is missing, want %d\n", what, j);
+        bad++;
+    }
+    want_total = j > 0;
+    for (int i = 1; i <= m->ntx; i++) {
+        long w = bg_alive(m, i, j) ? m->tx[i].nrec : 0;
+        want_total += (uint64_t)w;
+        if (tally[i] != w) {
+            if (bad < 8)
+                printf("  %s: transaction %d (kind %d%s) has %ld of %d records, want %ld "
+                       "(state after %d)\n", what, i, m->tx[i].kind,
+                       m->tx[i].abort ? ", aborted" : "", tally[i], m->tx[i].nrec, w, j);
+            bad++;
+        }
+    }
+    uint64_t recs = 0;
+    rc = qs_records(c, &recs);
+    if (rc || recs != want_total || total != want_total) {
+        printf("  %s: qs_records %d: %" PRIu64 ", scanned %" PRIu64 ", want %" PRIu64 "\n",
+               what, rc, recs, total, want_total);
+        bad++;
+    }
+    /* the queue */
+    size_t nseq, front;
+    uint32_t *seq = bg_qseq(m, j, 0, &nseq, &front);
+    uint64_t qlen = 0;
+    rc = qs_queue_len(c, BG_Q, BG_QN, &qlen);
+    if (rc || qlen != nseq - front) {
+        printf("  %s: queue length %d: %" PRIu64 ", want %zu\n", what, rc, qlen, nseq - front);
+        bad++;
+    }
+    qs_items *it = NULL;
+    rc = qs_queue_peek(c, BG_Q, BG_QN, nseq - front + 1, &it);
+    if (nseq == front ? rc != QS_NOTFOUND : rc != 0 || it->count != nseq - front) {
+        printf("  %s: queue peek %d (%s), %zu items, want %zu\n", what, rc, qs_strerror(rc),
+               it ? it->count : 0, nseq - front);
+        bad++;
+    } else if (it)
+        bad += bg_check_items(it, seq, nseq, front, what);
+    qs_items_free(it);
+    free(seq);
+    char msg[512] = "";
+    rc = qs_check(c, msg, sizeof msg);
+    if (rc) {
+        printf("  %s: qs_check %d (%s): %s\n", what, rc, qs_strerror(rc), msg);
+        bad++;
+    }
+    return bad;
+}
+
+/* the transaction j that "last" names (0: none yet), -1 on a read error */
+static int bg_last(qs_casket *c)
+{
+    void *v = NULL;
+    size_t vn = 0;
+    int rc = qs_get(c, "last", 4, &v, &vn), j = -1;
+    if (rc == QS_NOTFOUND)
+        j = 0;
+    else if (rc == 0 && vn < 20) {
+        char tmp[24];
+        memcpy(tmp, v, vn);
+        tmp[vn] = 0;
+        j = (int)strtol(tmp, NULL, 10);
+    }
+    qs_free(v);
+    return j;
+}
+
+/* Runs transaction i of the model (sets got, not status).  Returns 0 or
+ * the first error (the transaction then aborted), *where the call. */
+static int bg_run(qs_casket *c, bg_model *m, int i, const char **where)
+{
+    bg_tx *t = &m->tx[i];
+    char k[32];
+    unsigned char v[512];
+    int rc;
+    t->got = 0;
+    *where = "begin";
+    if ((rc = qs_begin(c)) != 0)
+        return rc;
+    if (t->del) {
+        *where = "out";
+        for (int r = 0; r < m->tx[t->del].nrec && !rc; r++) {
+            int kn = bg_key(k, t->del, r);
+            rc = qs_out(c, k, (size_t)kn);
+        }
+    }
+    if (!rc && t->nrec) {
+        *where = "putdup_many";
+        int chunk = t->chunk ? t->chunk : t->nrec;
+        for (int r0 = 0; r0 < t->nrec && !rc; r0 += chunk) {
+            int n = t->nrec - r0 < chunk ? t->nrec - r0 : chunk;
+            char *keys = malloc((size_t)n * 16);
+            unsigned char *vals = malloc((size_t)n * 320);
+            uint64_t *koff = malloc(((size_t)n + 1) * sizeof *koff);
+            uint64_t *voff = malloc(((size_t)n + 1) * sizeof *voff);
+            koff[0] = voff[0] = 0;
+            for (int x = 0; x < n; x++) {
+                char kb[32];
+                int kn = bg_key(kb, i, r0 + x);
+                memcpy(keys + koff[x], kb, (size_t)kn);
+                koff[x + 1] = koff[x] + (uint64_t)kn;
+                voff[x + 1] = voff[x] + bg_val(vals + voff[x], i, r0 + x, 0);
+            }
+            rc = qs_putdup_many(c, (size_t)n, keys, koff, vals, voff);
+            free(keys);
+            free(vals);
+            free(koff);
+            free(voff);
+        }
+    }
+    if (!rc && t->nq) {
+        *where = "queue_put_many";
+        unsigned char *vals = malloc((size_t)t->nq * 320);
+        uint32_t *lens = malloc((size_t)t->nq * sizeof *lens);
+        size_t len = 0;
+        for (int r = 0; r < t->nq; r++) {
+            lens[r] = (uint32_t)bg_val(vals + len, i, r, 1);
+            len += lens[r];
+        }
+        rc = qs_queue_put_many(c, BG_Q, BG_QN, (size_t)t->nq, vals, len, lens, NULL);
+        free(vals);
+        free(lens);
+    }
+    if (!rc && t->qget) {
+        *where = "queue_get";
+        qs_items *it = NULL;
+        rc = qs_queue_get(c, BG_Q, BG_QN, (size_t)t->qget, 0, &it);
+        if (rc == QS_NOTFOUND)
+            rc = 0;
+        else if (rc == 0) {
+            size_t nseq, front;
+            uint32_t *seq = bg_qseq(m, i, 1, &nseq, &front);
+            size_t want = nseq - front < (size_t)t->qget ? nseq - front : (size_t)t->qget;
+            char what[64];
+            snprintf(what, sizeof what, "transaction %d's queue get", i);
+            if (it->count != want) {
+                printf("  %s: %zu items, want %zu\n", what, it->count, want);
+                bg_errors++;
+            }
+            bg_errors += bg_check_items(it, seq, nseq, front, what);
+            t->got = (int)it->count;
+            free(seq);
+        }
+        qs_items_free(it);
+    }
+    /* read some of its own records back: after spills they come from the
+     * log or, for pages the file grew by, from the main file */
+    for (int x = 0; x < 16 && !rc && t->nrec; x++) {
+        *where = "get";
+        int r = (int)(bg_hash((uint32_t)i, (uint32_t)x) % (uint32_t)t->nrec);
+        int kn = bg_key(k, i, r);
+        void *got = NULL;
+        size_t gn = 0;
+        rc = qs_get(c, k, (size_t)kn, &got, &gn);
+        size_t wn = bg_val(v, i, r, 0);
+        if (rc == 0 && (gn != wn || memcmp(got, v, wn) != 0)) {
+            printf("  transaction %d reads its record %s back wrong\n", i, k);
+            bg_errors++;
+        }
+        qs_free(got);
+    }
+    if (!rc) {
+        *where = "put last";
+        int kn = snprintf(k, sizeof k, "%d", i);
+        rc = qs_put(c, "last", 4, k, (size_t)kn);
+    }
+    if (rc || t->abort) {
+        if (qs_in_transaction(c)) {
+            int rc2 = qs_abort(c);
+            if (rc2) {
+                printf("  transaction %d: qs_abort %d (%s)\n", i, rc2, qs_strerror(rc2));
+                bg_errors++;
+            }
+        }
+        return rc;
+    }
+    *where = "commit";
+    return qs_commit(c);
+}
+
+/* A repeating pattern: big record batches, big queue batches, a big batch
+ * that first removes an earlier one (its pages go on the free list and
+ * are reused), small transactions (some consuming many queue items), and
+ * aborted big ones. */
+static void bg_schedule(bg_model *m, int ntx, int big, int chunk)
+{
+    memset(m, 0, sizeof *m);
+    m->ntx = ntx;
+    int oldest = 0;     /* next candidate for removal */
+    for (int i = 1; i <= ntx; i++) {
+        bg_tx *t = &m->tx[i];
+        int round = (i - 1) / 8;
+        switch ((i - 1) % 8) {
+        case 0: t->kind = BG_RECS; t->nrec = big; break;
+        case 1: t->kind = BG_SMALL; t->nrec = 3; break;
+        case 2: t->kind = BG_QUEUE; t->nq = big; t->abort = round % 2 == 1; break;
+        case 3: t->kind = BG_SMALL; t->nrec = 2; t->qget = big / 16; break;
+        case 4: t->kind = BG_MIX; t->nrec = big / 2; t->nq = big / 2; t->qget = big / 4; break;
+        case 5: t->kind = BG_DEL; t->nrec = big / 2; break;
+        case 6: t->kind = BG_RECS; t->nrec = big; t->abort = round % 2 == 0; break;
+        default: t->kind = BG_SMALL; t->nrec = 1; t->qget = big; break;
+        }
+        t->chunk = t->kind == BG_SMALL ? 0 : chunk;
+        if (t->kind == BG_DEL) {
+            while (++oldest < i && (m->tx[oldest].abort || m->tx[oldest].nrec < 3 ||
+                                    m->tx[oldest].kind == BG_SMALL))
+                ;
+            if (oldest < i)
+                t->del = oldest;
+        }
+    }
+}
+
+static int fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Runs the schedule on path; with cuts, verifies (then removes) the
+ * power-cut snapshots taken so far after each transaction. */
+typedef struct {
+    const char *dir;
+    int sync, tiny;
+    uint64_t ckpt;
+    int verified, bad_snaps;
+    long direct_commits;
+} bg_run_ctx;
+
+static void bg_verify_snaps(bg_run_ctx *x, const bg_model *m)
+{
+    for (; x->verified < pl_nsnaps; x->verified++) {
+        int k = x->verified;
+        char sm[700], sl[720], what[260];
+        snprintf(sm, sizeof sm, "%s/snap%03d", x->dir, k);
+        snprintf(sl, sizeof sl, "%s/snap%03d-log", x->dir, k);
+        snprintf(what, sizeof what, "cut %d (sync %s%s, after a %s, in transaction %" PRIu64
+                 ", committed %" PRIu64 ", durable %" PRIu64 ")", k, x->sync ? "on" : "off",
+                 x->tiny ? ", tiny cache" : "", pl_snap_write[k], pl_snap_started[k],
+                 pl_snap_committed[k], pl_snap_floor[k]);
+        int rc, bad = 0;
+        char rm[760], rl[780];
+        int keep = getenv("QS_TEST_KEEP_BAD") != NULL;
+        snprintf(rm, sizeof rm, "%s.raw", sm);
+        snprintf(rl, sizeof rl, "%s.raw-log", sm);
+        if (keep) {     /* the cut as it was, before recovery touches it */
+            tc_copy_file(sm, rm);
+            tc_copy_file(sl, rl);
+        }
+        /* even cuts reopen read-write (recovery, then a checkpoint into
+         * the copy), odd ones read-only (recovery in memory only) */
+        qs_casket *c = tc_open(sm, k % 2 ? QS_OPEN_READ : QS_OPEN_WRITE, 1, 0, 0, &rc);
+        if (!c && rc == QS_NOTCASKET && pl_snap_started[k] == 0) {
+            /* cut while qs_open created the casket, before its first sync:
+             * there never was a casket */
+        } else if (!c) {
+            printf("  %s: qs_open %d (%s)\n", what, rc, qs_strerror(rc));
+            bad++;
+        } else {
+            int j = bg_last(c);
+            int lo = (int)(x->sync ? pl_snap_committed[k] : pl_snap_floor[k]);
+            int hi = (int)pl_snap_started[k];
+            if (j < 0 || j < lo || j > hi || (j > 0 && !m->tx[j].status)) {
+                printf("  %s: the casket holds transaction %d (want %d..%d, committed)\n",
+                       what, j, lo, hi);
+                bad++;
+            }
+            if (j >= 0 && j <= m->ntx)
+                bad += bg_verify(c, m, j, what);
+            rc = qs_close(c);
+            if (rc) {
+                printf("  %s: qs_close %d (%s)\n", what, rc, qs_strerror(rc));
+                bad++;
+            }
+        }
+        if (bad) {
+            x->bad_snaps++;
+            if (keep)
+                printf("  kept %s (and -log), as cut\n", rm);
+        } else if (keep) {
+            remove(rm);
+            remove(rl);
+        }
+        remove(sm);
+        remove(sl);
+    }
+}
+
+static int bg_workload(const char *path, bg_model *m, bg_run_ctx *x, int cuts)
+{
+    int rc, errors = 0;
+    const char *where;
+    qs_casket *c = tc_open(path, QS_OPEN_NEW, x->sync, x->tiny ? 16 * 4096 : 0, x->ckpt, &rc);
+    if (!c) {
+        printf("  open %s: %d (%s)\n", path, rc, qs_strerror(rc));
+        return 1;
+    }
+    for (int i = 1; i <= m->ntx; i++) {
+        pthread_mutex_lock(&pl_mu);
+        pl_started = (uint64_t)i;
+        pthread_mutex_unlock(&pl_mu);
+        qs_stat s0, s1;
+        qs_stat_get(c, &s0);
+        rc = bg_run(c, m, i, &where);
+        qs_stat_get(c, &s1);
+        /* a commit that grew the file by many pages and, with no
+         * checkpoint in between, the log by far fewer bytes: it went
+         * direct */
+        if (rc == 0 && !m->tx[i].abort && s1.checkpoints == s0.checkpoints &&
+            s1.pages >= s0.pages + 32 &&
+            s1.log_bytes - s0.log_bytes < (s1.pages - s0.pages) * 4096 / 8)
+            x->direct_commits++;
+        if (rc) {
+            printf("  transaction %d failed at %s: %d (%s)\n", i, where, rc, qs_strerror(rc));
+            errors++;
+            break;
+        }
+        m->tx[i].status = !m->tx[i].abort;
+        if (m->tx[i].status) {
+            pthread_mutex_lock(&pl_mu);
+            pl_committed = (uint64_t)i;
+            pthread_mutex_unlock(&pl_mu);
+        }
+        if (cuts)
+            bg_verify_snaps(x, m);
+    }
+    if (!errors) {
+        int last = 0;
+        for (int i = 1; i <= m->ntx; i++)
+            if (m->tx[i].status)
+                last = i;
+        char what[64];
+        snprintf(what, sizeof what, "the live casket (sync %s)", x->sync ? "on" : "off");
+        errors += bg_verify(c, m, last, what);
+    }
+    pthread_mutex_lock(&pl_mu);
+    pl_started = pl_committed;
+    pthread_mutex_unlock(&pl_mu);
+    rc = qs_close(c);
+    if (rc) {
+        printf("  qs_close %d (%s)\n", rc, qs_strerror(rc));
+        errors++;
+    }
+    if (cuts)
+        bg_verify_snaps(x, m);
+    return errors;
+}
+
+static void pl_track(const char *path, const char *log, int on)
+{
+    pthread_mutex_lock(&pl_mu);
+    pl_on = on;
+    snprintf(pl_main, sizeof pl_main, "%s", path);
+    snprintf(pl_log, sizeof pl_log, "%s", log);
+    for (size_t i = 0; i < pl_n; i++)
+        pl_page_free(&pl_pages[i]);
+    pl_n = 0;
+    pl_idx_rebuild();
+    pl_writes = pl_writes_main = pl_writes_log = 0;
+    pl_committed = pl_floor = pl_started = 0;
+    pthread_mutex_unlock(&pl_mu);
+}
+
+/* Power cuts all through the big workload: every cut must reopen, pass
+ * qs_check and hold exactly the state after one whole transaction; with
+ * sync on no older than the last acknowledged commit, with sync off no
+ * older than the last log sync (a prefix of the commits either way). */
+static void bg_power_loss(int sync, int tiny)
+{
+    atomic_store(&f_fake_sync, 1);
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int fds = fd_count();
+    uint64_t seed = tc_seed();
+    pl_rng.s = seed;
+    static bg_model m;
+    int big = (int)tc_scaled(1500, 2);
+    int ntx = 16;       /* twice the pattern: each kind of abort once */
+    bg_schedule(&m, ntx, big, tiny ? 96 : 0);
+    bg_run_ctx x = {t.dir, sync, tiny, 512 * 1024, 0, 0, 0};
+    bg_errors = 0;
+
+    /* a dry run counts the writes, to spread the cuts over all of them */
+    char dry[700], drylog[720];
+    snprintf(dry, sizeof dry, "%s/dry", t.dir);
+    snprintf(drylog, sizeof drylog, "%s/dry-log", t.dir);
+    pl_track(dry, drylog, 1);
+    pl_max_snaps = 0;
+    pl_stride_main = pl_stride_log = 1;
+    int errors = bg_workload(dry, &m, &x, 0);
+    long wmain = pl_writes_main, wlog = pl_writes_log;
+    pl_track("", "", 0);
+    remove(dry);
+    remove(drylog);
+
+    /* cuts: one after every commit frame, the rest shared by the writes
+     * to the main file (direct pages, checkpoints) and to the log */
+    long snaps = tc_scaled(300, 10), spread = snaps - ntx > 8 ? snaps - ntx : 8;
+    pl_max_snaps = snaps + 40 < 1000 ? snaps + 40 : 1000;
+    pl_stride_main = (wmain + spread / 2 - 1) / (spread / 2);
+    pl_stride_log = (wlog + spread / 2 - 1) / (spread / 2);
+    if (pl_stride_main < 1)
+        pl_stride_main = 1;
+    if (pl_stride_log < 1)
+        pl_stride_log = 1;
+    pl_commit_cuts = 0;
+    pl_off_main = (long)tc_below(&pl_rng, (uint64_t)pl_stride_main);
+    pl_off_log = (long)tc_below(&pl_rng, (uint64_t)pl_stride_log);
+    pl_mix_modes = 1;
+    pl_nsnaps = 0;
+    snprintf(pl_dir, sizeof pl_dir, "%s", t.dir);
+    bg_schedule(&m, ntx, big, tiny ? 96 : 0);
+    pl_track(t.path, t.log, 1);
+    errors += bg_workload(t.path, &m, &x, 1);
+    pl_track("", "", 0);
+    long smain = pl_stride_main, slog = pl_stride_log;
+    pl_stride_main = pl_stride_log = 0;
+    pl_mix_modes = 0;
+    printf("  seed %" PRIu64 ", sync %s%s: %d transactions of up to %d records (%ld commits "
+           "seen going direct), %ld writes to the main file, %ld to the log; %d power cuts "
+           "(%ld right after a commit frame, the others every %ld-th / %ld-th write), "
+           "%d bad\n",
+           seed, sync ? "on" : "off", tiny ? ", 64-page cache" : "", ntx, big,
+           x.direct_commits, wmain, wlog, pl_nsnaps, pl_commit_cuts, smain, slog,
+           x.bad_snaps);
+    CHECK(errors == 0);
+    CHECK(bg_errors == 0);
+    CHECK(x.bad_snaps == 0);
+    CHECK(pl_nsnaps >= snaps / 2);
+    CHECK(pl_commit_cuts >= ntx / 2);
+    CHECK(x.direct_commits > 0);        /* the path under test was taken */
+    CHECK(fd_count() == fds);
+    tc_tmp_remove(&t);
+}
+
+static void big_power_loss_sync(void) { bg_power_loss(1, 0); }
+static void big_power_loss_nosync(void) { bg_power_loss(0, 0); }
+static void big_power_loss_spill_sync(void) { bg_power_loss(1, 1); }
+static void big_power_loss_spill_nosync(void) { bg_power_loss(0, 1); }
+
+/* ---- faults in big transactions ---------------------------------- */
+
+typedef struct {
+    long trials, injected, failed_commits, failed_ops, visible_with_error, clean;
+} bg_fault_stats;
+
+/* Base: three committed transactions (a big record batch, a big queue
+ * batch, a small one).  Transaction 4 runs with the n-th write (or sync)
+ * failing: with queue, it adds a big queue batch and consumes half the
+ * queue; otherwise it removes transaction 1's records and adds a big
+ * batch (free pages reused plus fresh ones).  Transaction 5 (mixed) must
+ * then work. */
+static void bg_fault_model(bg_model *m, int big, int tiny, int queue)
+{
+    memset(m, 0, sizeof *m);
+    m->ntx = 5;
+    int chunk = tiny ? 96 : 0;
+    m->tx[1] = (bg_tx){.kind = BG_RECS, .nrec = big, .chunk = chunk};
+    m->tx[2] = (bg_tx){.kind = BG_QUEUE, .nq = big};
+    m->tx[3] = (bg_tx){.kind = BG_SMALL, .nrec = 3};
+    if (queue)
+        m->tx[4] = (bg_tx){.kind = BG_QUEUE, .nq = big, .qget = big / 2, .nrec = 2};
+    else
+        m->tx[4] = (bg_tx){.kind = BG_DEL, .del = 1, .nrec = big, .chunk = chunk};
+    m->tx[5] = (bg_tx){.kind = BG_MIX, .nrec = big / 3, .nq = 40, .qget = 25, .chunk = chunk};
+}
+
+#define BG_CKPT (128 * 1024)    /* commits of transaction 4 checkpoint */
+
+static int bg_fault_trial(const tc_tmp *t, const char *base, const char *baselog, int kind,
+                          long n, int sticky, int err, int tiny, int queue, int big,
+                          bg_fault_stats *st)
+{
+    int rc, errors = 0;
+    const char *where = "";
+    static bg_model m;
+    bg_fault_model(&m, big, tiny, queue);
+    m.tx[1].status = m.tx[2].status = m.tx[3].status = 1;
+    if (tc_copy_file(base, t->path) != 0 || tc_copy_file(baselog, t->log) != 0) {
+        printf("  copying the base casket failed\n");
+        return 1;
+    }
+    uint64_t cache = tiny ? 16 * 4096 : 0;
+    qs_casket *c = tc_open(t->path, QS_OPEN_WRITE, 1, cache, BG_CKPT, &rc);
+    if (!c) {
+        printf("  n=%ld: open %d (%s)\n", n, rc, qs_strerror(rc));
+        return 1;
+    }
+    /* transaction 2's items: transaction 4 consumes from them */
+    atomic_store(&f_commits, 0);
+    atomic_store(&f_watch, 1);
+    f_arm(kind, n, sticky, err);
+    rc = bg_run(c, &m, 4, &where);
+    long hits = atomic_load(&f_hits);
+    f_disarm();
+    atomic_store(&f_watch, 0);
+    long commits = atomic_load(&f_commits);
+    char path[256];
+    snprintf(path, sizeof path, "%s", f_last_path);
+    char when[400];
+    snprintf(when, sizeof when, "%s%s, fault %d%s at call %ld (in %s), %s -> %d (%s)",
+             queue ? "queue" : "records", tiny ? ", tiny cache" : "", kind,
+             sticky ? " from then on" : "", n, hits ? path : "none reached", where, rc,
+             qs_strerror(rc));
+    st->trials++;
+    if (qs_in_transaction(c)) {
+        printf("  %s: a transaction is still open\n", when);
+        errors++;
+        qs_abort(c);
+    }
+    int j = bg_last(c);
+    int vis = j == 4;
+    if (j != 3 && j != 4) {
+        printf("  %s: \"last\" says %d, want 3 or 4\n", when, j);
+        errors++;
+    }
+    if (hits == 0) {
+        st->clean++;
+        if (rc != 0 || !vis) {
+            printf("  %s: failed with no fault injected\n", when);
+            errors++;
+        }
+    } else {
+        st->injected++;
+        if (rc && !strcmp(where, "commit"))
+            st->failed_commits++;
+        else if (rc)
+            st->failed_ops++;
+        if (rc && vis)
+            st->visible_with_error++;
+    }
+    /* committed exactly when its commit frame reached the log: an error
+     * before that aborts it, one after it (the log sync, the checkpoint)
+     * leaves it committed */
+    if (vis != (commits > 0)) {
+        printf("  %s: the transaction is %s but its commit frame was %s\n", when,
+               vis ? "visible" : "gone", commits ? "written" : "never written");
+        errors++;
+    }
+    if (rc == 0 && !vis) {
+        printf("  %s: qs_commit returned 0 but the transaction is gone\n", when);
+        errors++;
+    }
+    m.tx[4].status = vis;
+    errors += bg_verify(c, &m, vis ? 4 : 3, when);
+    char what[480];
+    if (n % 2) {
+        /* the handle goes on working */
+        rc = bg_run(c, &m, 5, &where);
+        if (rc) {
+            printf("  %s: the next transaction failed at %s: %d (%s)\n", when, where, rc,
+                   qs_strerror(rc));
+            errors++;
+        }
+        m.tx[5].status = rc == 0;
+        snprintf(what, sizeof what, "%s; then transaction 5", when);
+        errors += bg_verify(c, &m, rc == 0 ? 5 : vis ? 4 : 3, what);
+        if ((rc = qs_close(c)) != 0) {
+            printf("  %s: qs_close %d (%s)\n", when, rc, qs_strerror(rc));
+            errors++;
+        }
+        c = tc_open(t->path, QS_OPEN_WRITE, 1, cache, BG_CKPT, &rc);
+        if (!c) {
+            printf("  %s: reopen %d (%s)\n", when, rc, qs_strerror(rc));
+            return errors + 1;
+        }
+        snprintf(what, sizeof what, "%s; then transaction 5, reopened", when);
+        errors += bg_verify(c, &m, m.tx[5].status ? 5 : vis ? 4 : 3, what);
+    } else {
+        /* or is closed and reopened first */
+        if ((rc = qs_close(c)) != 0) {
+            printf("  %s: qs_close %d (%s)\n", when, rc, qs_strerror(rc));
+            errors++;
+        }
+        c = tc_open(t->path, QS_OPEN_WRITE, 1, cache, BG_CKPT, &rc);
+        if (!c) {
+            printf("  %s: reopen %d (%s)\n", when, rc, qs_strerror(rc));
+            return errors + 1;
+        }
+        snprintf(what, sizeof what, "%s; reopened", when);
+        errors += bg_verify(c, &m, vis ? 4 : 3, what);
+        rc = bg_run(c, &m, 5, &where);
+        if (rc) {
+            printf("  %s: after a reopen the next transaction failed at %s: %d (%s)\n", when,
+                   where, rc, qs_strerror(rc));
+            errors++;
+        }
+        m.tx[5].status = rc == 0;
+        snprintf(what, sizeof what, "%s; reopened, then transaction 5", when);
+        errors += bg_verify(c, &m, rc == 0 ? 5 : vis ? 4 : 3, what);
+    }
+    if ((rc = qs_close(c)) != 0) {
+        printf("  %s: final qs_close %d (%s)\n", when, rc, qs_strerror(rc));
+        errors++;
+    }
+    return errors;
+}
+
+static void bg_fault_sweep(int kind, int sticky, int err, const char *name)
+{
+    atomic_store(&f_fake_sync, 1);
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int fds = fd_count();
+    int big = (int)tc_scaled(1500, 2), errors = 0;
+    bg_errors = 0;
+    bg_fault_stats st = {0};
+    char base[700], baselog[720];
+    snprintf(base, sizeof base, "%s/base", t.dir);
+    snprintf(baselog, sizeof baselog, "%s/base-log", t.dir);
+    for (int cfg = 0; cfg < 4 && !errors; cfg++) {
+        int tiny = cfg & 1, queue = cfg >> 1;
+        static bg_model m;
+        bg_fault_model(&m, big, tiny, queue);
+        int rc;
+        const char *where;
+        qs_casket *c = tc_open(base, QS_OPEN_NEW, 1, tiny ? 16 * 4096 : 0, BG_CKPT, &rc);
+        REQUIRE_RC(rc, 0);
+        for (int i = 1; i <= 3; i++) {
+            REQUIRE_RC(bg_run(c, &m, i, &where), 0);
+            m.tx[i].status = 1;
+        }
+        REQUIRE_RC(qs_close(c), 0);
+        /* how many calls of this kind transaction 4 makes, and which
+         * write carries its commit frame */
+        const long big_n = 1L << 40;
+        REQUIRE(tc_copy_file(base, t.path) == 0 && tc_copy_file(baselog, t.log) == 0);
+        c = tc_open(t.path, QS_OPEN_WRITE, 1, tiny ? 16 * 4096 : 0, BG_CKPT, &rc);
+        REQUIRE_RC(rc, 0);
+        atomic_store(&f_commit_countdown, big_n);
+        atomic_store(&f_watch, 1);
+        f_arm(kind, big_n, 0, err);
+        rc = bg_run(c, &m, 4, &where);
+        long calls = big_n - atomic_load(&f_countdown);
+        long at_commit = big_n - atomic_load(&f_commit_countdown);
+        f_disarm();
+        atomic_store(&f_watch, 0);
+        REQUIRE_RC(rc, 0);
+        REQUIRE_RC(qs_close(c), 0);
+        /* every call when few; else the first and last ten, those around
+         * the commit frame, and an even spread */
+        long limit = tc_scaled(36, 6);
+        long tried = 0;
+        for (long n = 1; n <= calls + 1 && !errors; n++) {
+            int near = n <= 10 || n > calls - 10 || (n >= at_commit - 6 && n <= at_commit + 3);
+            if (calls > limit && !near &&
+                n % ((calls - 20) / (limit - 20 > 1 ? limit - 20 : 1) + 1) != 0)
+                continue;
+            if (tc_small() && calls > limit && near && n % 3 != 0 && n != at_commit &&
+                n != at_commit - 1)
+                continue;
+            errors += bg_fault_trial(&t, base, baselog, kind, n, sticky, err, tiny, queue, big,
+                                     &st);
+            tried++;
+        }
+        printf("  %s, %s%s: transaction 4 makes %ld such calls (the commit frame in write "
+               "%ld); %ld tried\n", name, queue ? "queue" : "records",
+               tiny ? ", 64-page cache" : "", calls, at_commit, tried);
+    }
+    printf("  %s: %ld trials, %ld faults injected: %ld failed commits (%ld of them "
+           "committed: the error came after the commit frame), %ld failed operations, "
+           "%ld clean runs\n", name, st.trials, st.injected, st.failed_commits,
+           st.visible_with_error, st.failed_ops, st.clean);
+    CHECK(errors == 0);
+    CHECK(bg_errors == 0);
+    CHECK(st.injected > 0);
+    CHECK(fd_count() == fds);
+    tc_tmp_remove(&t);
+}
+
+static void big_write_error_once(void) { bg_fault_sweep(F_WRITE, 0, EIO, "EIO once"); }
+static void big_write_enospc_sticky(void)
+{
+    bg_fault_sweep(F_WRITE, 1, ENOSPC, "ENOSPC from then on");
+}
+static void big_sync_error_once(void) { bg_fault_sweep(F_SYNC, 0, EIO, "sync EIO once"); }
+
+/* Every write comes back short while big transactions grow the file. */
+static void big_short_writes(void)
+{
+    atomic_store(&f_fake_sync, 1);
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc, errors = 0;
+    const char *where;
+    static bg_model m;
+    bg_schedule(&m, 10, (int)tc_scaled(1200, 2), 96);
+    bg_errors = 0;
+    for (int tiny = 0; tiny < 2 && !errors; tiny++) {
+        atomic_store(&f_short, 1);
+        qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 1, tiny ? 16 * 4096 : 0, 256 * 1024, &rc);
+        if (!c) {
+            atomic_store(&f_short, 0);
+            REQUIRE_RC(rc, 0);
+        }
+        int last = 0;
+        for (int i = 1; i <= m.ntx; i++) {
+            m.tx[i].status = 0;
+            rc = bg_run(c, &m, i, &where);
+            if (rc) {
+                printf("  transaction %d failed at %s: %d (%s)\n", i, where, rc,
+                       qs_strerror(rc));
+                errors++;
+                break;
+            }
+            m.tx[i].status = !m.tx[i].abort;
+            if (m.tx[i].status)
+                last = i;
+        }
+        errors += bg_verify(c, &m, last, "short writes, live");
+        CHECK_RC(qs_close(c), 0);
+        atomic_store(&f_short, 0);
+        c = tc_open(t.path, QS_OPEN_WRITE, 1, 0, 0, &rc);
+        REQUIRE_RC(rc, 0);
+        errors += bg_verify(c, &m, last, "short writes, reopened");
+        qs_close(c);
+    }
+    CHECK(errors == 0);
+    CHECK(bg_errors == 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -954,5 +2052,16 @@ int main(void)
     RUN(truncate_error_once);
     RUN(faults_in_maintenance);
     RUN(power_loss);
+    RUN(big_short_writes);
+    RUN(big_power_loss_sync);
+    RUN(big_power_loss_nosync);
+    RUN(big_power_loss_spill_sync);
+    RUN(big_power_loss_spill_nosync);
+    RUN(big_write_error_once);
+    RUN(big_write_enospc_sticky);
+    RUN(big_sync_error_once);
+    atomic_store(&f_fake_sync, 0);
+    free(pl_pages);
+    free(pl_idx);
     return tc_summary();
 }
