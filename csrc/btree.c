@@ -89,21 +89,26 @@ static int parse_leaf(const uint8_t *pg, uint32_t i, cellv *cv)
     cv->klen = rd16(c + L_KLEN);
     cv->vlen = rd32(c + L_VLEN);
     cv->seq = rd64(c + L_SEQ);
+    if (cv->klen > QS_MAX_KEY || cv->vlen > QS_MAX_VALUE)
+        return QS_CORRUPT;
+    uint64_t size;
     if (rd16(c + L_FLAGS) & F_OVFL) {
-        cv->ovfl = rd32(c + L_DATA);
+        if (off + L_DATA + 4 > PG_USABLE || (cv->ovfl = rd32(c + L_DATA)) == 0)
+            return QS_CORRUPT;
         cv->kin = cv->klen < KEY_PREFIX ? cv->klen : KEY_PREFIX;
         cv->key = c + L_DATA + 4;
         cv->val = NULL;
-        cv->size = L_DATA + 4 + cv->kin;
+        size = L_DATA + 4 + (uint64_t)cv->kin;
     } else {
         cv->ovfl = 0;
         cv->kin = cv->klen;
         cv->key = c + L_DATA;
         cv->val = cv->key + cv->klen;
-        cv->size = L_DATA + cv->klen + cv->vlen;
+        size = L_DATA + (uint64_t)cv->klen + cv->vlen;
     }
-    if (off + cv->size > PG_USABLE)
+    if (off + size > PG_USABLE)
         return QS_CORRUPT;
+    cv->size = (uint32_t)size;
     return 0;
 }
 
@@ -119,8 +124,11 @@ static int parse_int(const uint8_t *pg, uint32_t i, cellv *cv)
     cv->seq = rd64(c + I_SEQ);
     cv->val = NULL;
     cv->vlen = 0;
+    if (cv->klen > QS_MAX_KEY)
+        return QS_CORRUPT;
     if (rd16(c + I_FLAGS) & F_OVFL) {
-        cv->ovfl = rd32(c + I_DATA);
+        if (off + I_DATA + 4 > PG_USABLE || (cv->ovfl = rd32(c + I_DATA)) == 0)
+            return QS_CORRUPT;
         cv->kin = cv->klen < KEY_PREFIX ? cv->klen : KEY_PREFIX;
         cv->key = c + I_DATA + 4;
         cv->size = I_DATA + 4 + cv->kin;
@@ -396,10 +404,33 @@ static uint64_t node_count(const uint8_t *pg)
 
 /* ---- navigation ----------------------------------------------------------- */
 
+/* node_ok plus, once per image read from disk, every cell: each pointer
+ * past the pointer array, each cell inside the page and well formed.
+ * After it, cell access needs no bounds checks (the fuzzer's lesson). */
+static int node_verify(uint8_t *pg)
+{
+    int rc = node_ok(pg);
+    uint8_t *checked = pg_checked(pg);
+    if (rc || *checked)
+        return rc;
+    uint32_t n = ncells(pg), lo = H_SIZE + 2 * n;
+    for (uint32_t i = 0; i < n; i++) {
+        cellv cv;
+        if (cell_off(pg, i) < lo || parse(pg, i, &cv) != 0)
+            return QS_CORRUPT;
+        if (pg[H_TYPE] == PT_INTERIOR && cv.child == 0)
+            return QS_CORRUPT;
+    }
+    if (pg[H_TYPE] == PT_INTERIOR && rd32(pg + H_RIGHT) == 0)
+        return QS_CORRUPT;
+    *checked = 1;
+    return 0;
+}
+
 static int load(bt_ctx *c, uint32_t pgno, uint8_t **pg)
 {
     int rc = pg_get(c->p, c->wview, pgno, pg);
-    return rc ? rc : node_ok(*pg);
+    return rc ? rc : node_verify(*pg);
 }
 
 int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path)
@@ -416,7 +447,7 @@ int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path)
         if (d >= BT_MAXDEPTH)
             return QS_CORRUPT;
         if (c->wview) {
-            if ((rc = pg_get_mine(c->p, pgno, &pg, &mine)) != 0 || (rc = node_ok(pg)) != 0)
+            if ((rc = pg_get_mine(c->p, pgno, &pg, &mine)) != 0 || (rc = node_verify(pg)) != 0)
                 return rc;
         } else if ((rc = load(c, pgno, &pg)) != 0)
             return rc;
@@ -605,7 +636,11 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
     if (seq)
         *seq = cv.seq;
     size_t hdr = with_len ? 4 : 0;
-    if (kout) {
+    /* An overflow chain longer than the file could hold is damage: say so
+     * before reserving room for it. */
+    if (cv.ovfl && ovfl_bytes(&cv, 1) / OV_CAP >= pg_meta_of(c->p, c->wview)->npages)
+        return QS_CORRUPT;
+    if (kout && hdr + cv.klen > 0) {
         if ((rc = bt_buf_reserve(kout, hdr + cv.klen)) != 0)
             return rc;
         uint8_t *d = kout->data + kout->len;
@@ -617,7 +652,7 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
             return rc;
         kout->len += hdr + cv.klen;
     }
-    if (vout) {
+    if (vout && hdr + cv.vlen > 0) {
         if ((rc = bt_buf_reserve(vout, hdr + cv.vlen)) != 0)
             return rc;
         uint8_t *d = vout->data + vout->len;
@@ -688,7 +723,10 @@ static void defragment(uint8_t *pg)
     memcpy(tmp, pg, PG_USABLE);
     for (uint32_t i = 0; i < n; i++) {
         cellv cv;
-        parse(tmp, i, &cv);
+        if (parse(tmp, i, &cv) != 0 || cv.size > top - (H_SIZE + 2 * n)) {
+            memcpy(pg, tmp, PG_USABLE);     /* verified pages never get here */
+            return;
+        }
         top -= cv.size;
         memcpy(pg + top, tmp + cell_off(tmp, i), cv.size);
         wr16(pg + H_SIZE + 2 * i, (uint16_t)top);
@@ -707,6 +745,8 @@ static int node_put(uint8_t *pg, uint32_t i, const uint8_t *cell, uint32_t size)
             return 0;
         defragment(pg);
         cs = rd16(pg + H_CSTART);
+        if (cs < H_SIZE + 2 * n + size + 2)
+            return 0;       /* the fragment count lied (a damaged page) */
     }
     cs -= size;
     memcpy(pg + cs, cell, size);

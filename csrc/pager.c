@@ -16,6 +16,8 @@
 #define TRUNK_ENTRIES 12
 #define TRUNK_CAP ((PG_USABLE - TRUNK_ENTRIES) / 4)
 
+_Static_assert(offsetof(pg_buf, data) == 0, "pg_checked finds the buffer from its data");
+
 static pg_buf *buf_new(pager *p)
 {
     pg_buf *b = p->spare;
@@ -27,6 +29,7 @@ static pg_buf *buf_new(pager *p)
     b->off = 0;
     b->next = NULL;
     b->ref = 1;
+    b->checked = 0;
     return b;
 }
 
@@ -392,6 +395,7 @@ int pg_write(pager *p, uint32_t pgno, uint8_t **out)
         if (!(b = buf_new(p)))
             return QS_NOMEM;
         memcpy(b->data, c->data, PG_SIZE);
+        b->checked = c->checked;
         if ((rc = cache_insert(p, &p->dirty, pgno, b)) != 0)
             return rc;
     }
@@ -415,6 +419,7 @@ static int write_blank(pager *p, uint32_t pgno, uint8_t **out)
     }
     memset(b->data, 0, PG_SIZE);
     b->ref = 1;
+    b->checked = 1;
     *out = b->data;
     return 0;
 }

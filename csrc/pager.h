@@ -14,6 +14,7 @@
 #include "hmap.h"
 #include "pagefmt.h"
 #include "wal.h"
+#include <stddef.h>
 
 typedef struct pg_buf {
     uint8_t data[PG_SIZE];
@@ -21,7 +22,18 @@ typedef struct pg_buf {
     struct pg_buf *next;        /* spare list */
     uint32_t pgno;
     uint8_t ref;                /* clock bit: used since the hand passed */
+    uint8_t checked;            /* the tree verified this image's structure
+                                   (see pg_checked) */
 } pg_buf;
+
+/* The "structure verified" flag of a page image handed out by this pager:
+ * an image read from disk starts unverified; the tree checks it in full
+ * once and sets the flag, so hot pages are not re-verified on every
+ * access.  Copies keep the flag; blank pages start verified. */
+static inline uint8_t *pg_checked(uint8_t *page)
+{
+    return &((pg_buf *)(void *)page)->checked;
+}
 
 typedef struct pager {
     int fd;                     /* main file */
