@@ -48,11 +48,12 @@ def read_cdef(header: str = os.path.join(_CSRC_ABS, "qstore.h")) -> str:
 
 
 def c_sources(absolute: bool = False) -> list[str]:
-    """The engine's C files: csrc/*.c except tests and fuzzers."""
+    """The engine's C files: csrc/*.c except tests, fuzzers and the leak
+    harness."""
     names = sorted(glob.glob(os.path.join(_CSRC_ABS, "*.c")))
     keep = [
         n for n in names
-        if not os.path.basename(n).startswith(("test_", "fuzz_"))
+        if not os.path.basename(n).startswith(("test_", "fuzz_", "leak_"))
     ]
     return keep if absolute else [_rel(n) for n in keep]
 
