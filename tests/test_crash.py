@@ -23,7 +23,8 @@ import time
 
 import pyqstore
 
-ROUNDS = 20
+# CI runs 200 (QS_CRASH_ROUNDS=200); 20 keep the everyday suite quick.
+ROUNDS = int(os.environ.get("QS_CRASH_ROUNDS", "20"))
 RECORDS = 4  # small records per transaction
 BULK_EVERY = 7  # every 7th transaction also writes a bulk that spills
 BULK = 150  # records in a bulk, ~1 KiB each
