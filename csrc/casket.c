@@ -1216,22 +1216,27 @@ static int do_compact(qs_casket *c)
         rc = errno;
     if (rc)
         goto out;
+    /* The directory is opened before the rename, so that nothing can fail
+     * between the rename and the sync that makes it durable. */
+    char *slash = strrchr(c->path, '/');
+    char *dir = slash ? strndup(c->path, (size_t)(slash - c->path) + 1) : strdup(".");
+    int dfd = dir ? open(dir, O_RDONLY | O_CLOEXEC) : -1;
+    if (dfd < 0)
+        rc = dir ? errno : QS_NOMEM;
+    free(dir);
+    if (rc)
+        goto out;
     /* The rename is the commit point: before it the old file is the casket,
      * after it the new one, and the log is empty either way. */
     if (rename(tmp, c->path) != 0) {
         rc = errno;
+        close(dfd);
         goto out;
     }
-    char *slash = strrchr(c->path, '/');
-    char *dir = slash ? strndup(c->path, (size_t)(slash - c->path) + 1) : strdup(".");
-    if (dir) {
-        int dfd = open(dir, O_RDONLY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
+    /* A failed directory sync is reported, but the new file is in place
+     * now and this handle must move to it either way. */
+    int dir_rc = fsync(dfd) != 0 ? errno : 0;
+    close(dfd);
     int newfd = t->fd;
     t->fd = -1;
     pthread_mutex_lock(&c->mu);
@@ -1257,6 +1262,8 @@ static int do_compact(qs_casket *c)
         c->defunct = rc;
     }
     pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = dir_rc;
 out:
     if (t) {
         pg_close(&t->pg);

@@ -58,6 +58,14 @@ static int grow(hm_map *m)
     return 0;
 }
 
+int hm_reserve(hm_map *m, size_t more)
+{
+    while ((m->len + more) * 4 > m->cap * 3)
+        if (grow(m) != 0)
+            return -1;
+    return 0;
+}
+
 int hm_put(hm_map *m, uint32_t key, uint64_t val)
 {
     if (m->cap) {

@@ -22,6 +22,10 @@ int hm_get(const hm_map *m, uint32_t key, uint64_t *val);
  * (the map is then unchanged). */
 int hm_put(hm_map *m, uint32_t key, uint64_t val);
 
+/* Makes room for `more` new keys, so that many hm_put calls cannot fail.
+ * Returns 0, or -1 when growing failed (the map is then unchanged). */
+int hm_reserve(hm_map *m, size_t more);
+
 /* Removes key; returns 1 when it was present, else 0. */
 int hm_del(hm_map *m, uint32_t key);
 

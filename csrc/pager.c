@@ -57,16 +57,39 @@ static inline uint64_t as_val(pg_buf *b) { return (uint64_t)(uintptr_t)b; }
 
 static inline int is_fresh(const pager *p, uint32_t pgno) { return pgno >= p->meta.npages; }
 
-/* Writes one page image (already stamped) to its place in the main file. */
-static int direct_write(pager *p, pg_buf *b)
+static int cmp_buf_pgno(const void *a, const void *b)
 {
-    uint8_t *one = b->data;
-    int rc = pages_write(p->fd, &one, 1, (uint64_t)b->pgno * PG_SIZE);
-    if (rc == 0) {
-        b->off = DIRECT;
-        p->txn_direct++;
+    uint32_t x = (*(pg_buf *const *)a)->pgno, y = (*(pg_buf *const *)b)->pgno;
+    return x < y ? -1 : x > y;
+}
+
+/* Writes n stamped page images to their places in the main file: sorted,
+ * each run of consecutive page numbers in one pwritev. */
+static int direct_write(pager *p, pg_buf **list, size_t n)
+{
+    if (n == 0)
+        return 0;
+    uint8_t **pages = malloc(n * sizeof *pages);
+    if (!pages)
+        return QS_NOMEM;
+    qsort(list, n, sizeof *list, cmp_buf_pgno);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t j = i;
+        while (j < n && list[j]->pgno == list[i]->pgno + (j - i)) {
+            pages[j] = list[j]->data;
+            j++;
+        }
+        rc = pages_write(p->fd, pages + i, j - i, (uint64_t)list[i]->pgno * PG_SIZE);
+        i = j;
     }
-    return rc;
+    free(pages);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        list[i]->off = DIRECT;
+    p->txn_direct += (uint32_t)n;
+    return 0;
 }
 
 static void drop_all(pager *p, hm_map *m)
@@ -543,20 +566,28 @@ static int spill(pager *p)
     }
     /* Frames are appended after the transaction's last one, in one write
      * (a page spilled again gets a new frame; recovery keeps the last). */
-    size_t fresh = 0;
+    size_t fresh = 0, ndirect = 0;
     uint64_t at = p->txn_end;
+    pg_buf **direct = malloc((n ? n : 1) * sizeof *direct);
+    if (!direct) {
+        rc = QS_NOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
         wal_stamp(&p->log, b->data, b->pgno, p->txn, 0, 0, NULL);
         if (is_fresh(p, b->pgno)) {
-            if ((rc = direct_write(p, b)) != 0)
-                goto out;
+            direct[ndirect++] = b;
             continue;
         }
         b->off = p->txn_end;
         p->txn_end += wal_frame_len(b->data);
         pages[fresh++] = b->data;
     }
+    rc = direct_write(p, direct, ndirect);
+    free(direct);
+    if (rc)
+        goto out;
     if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
         goto out;
     if (fresh && (rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
@@ -629,6 +660,12 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
         if ((rc = pg_get(p, 1, k, &unused)) != 0)
             return rc;
     }
+    /* Room for every entry pg_publish will add, claimed now while failing
+     * is still harmless: a commit that could not index its pages would be
+     * lost at the next checkpoint. */
+    if (hm_reserve(&p->cache, p->dirty.len) != 0 ||
+        hm_reserve(&p->logidx, p->dirty.len + p->spill.len) != 0)
+        return QS_NOMEM;
     size_t n = p->dirty.len, fresh = 0;
     pg_buf **bufs = malloc(n * sizeof *bufs);
     pg_buf **fresh_bufs = malloc(n * sizeof *fresh_bufs);
@@ -650,12 +687,14 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
     for (size_t i = 0; i + 1 < n; i++)
         nfresh += is_fresh(p, bufs[i]->pgno);
     if (p->txn_direct || nfresh >= DIRECT_MIN) {
+        size_t nd = 0;
         for (size_t i = 0; i + 1 < n; i++)
             if (is_fresh(p, bufs[i]->pgno)) {
                 wal_stamp(&p->log, bufs[i]->data, bufs[i]->pgno, p->txn, 0, 0, NULL);
-                if ((rc = direct_write(p, bufs[i])) != 0)
-                    goto out;
+                fresh_bufs[nd++] = bufs[i];
             }
+        if ((rc = direct_write(p, fresh_bufs, nd)) != 0)
+            goto out;
     }
     if (p->txn_direct && os_datasync(p->fd) != 0) {
         rc = errno;
@@ -703,18 +742,21 @@ void pg_publish(pager *p)
             continue;
         left--;
         pg_buf *b = as_buf(v);
-        /* Allocation failures here would lose the index entry; the cache map
-         * only replaces in place or grows, so reserve by replacing first. */
+        uint64_t off = b->off;
+        /* pg_commit_write reserved room in the log index, which only the
+         * writer changes, so that put cannot fail.  Readers may have used
+         * the cache's room meanwhile: a page that does not fit there is
+         * simply not cached (the log index or the main file has it). */
         if (hm_get(&p->cache, k, &old)) {
             buf_drop(p, as_buf(old));
-            hm_put(&p->cache, k, v);
+            hm_put(&p->cache, k, v);    /* replaces in place */
         } else if (hm_put(&p->cache, k, v) != 0)
-            buf_drop(p, b);  /* not cached; the log index still finds it */
-        if (b->off & DIRECT) {
+            buf_drop(p, b);
+        if (off & DIRECT) {
             if (p->main_pages <= k)
                 p->main_pages = (uint64_t)k + 1;
         } else
-            hm_put(&p->logidx, k, b->off);
+            hm_put(&p->logidx, k, off);
     }
     left = p->spill.len;
     for (size_t i = 0; i < p->spill.cap && left; i++) {

@@ -232,8 +232,13 @@ int qs_sync(qs_casket *c);
 int qs_check(qs_casket *c, char *msg, size_t msgcap);
 
 /* Rewrites the casket compactly and gives the free space back to the file
- * system.  Crash-safe: until it returns the old file stays authoritative.
- * Fails with QS_TXN inside a transaction, QS_READONLY. */
+ * system.  Crash-safe: until the new file is renamed over the old one, the
+ * old file stays authoritative.  Fails with QS_TXN inside a transaction,
+ * QS_READONLY.  Failures before the rename change nothing.  If the handle
+ * cannot reopen the new file after the rename (out of memory, I/O error),
+ * it keeps serving reads of the last commit but refuses writes with that
+ * error until the casket is reopened; an error syncing the directory after
+ * a successful switch is returned as is. */
 int qs_compact(qs_casket *c);
 
 /* Fills *st.  Never fails on an open handle. */

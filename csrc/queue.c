@@ -434,14 +434,12 @@ static void out_drop(outbuf *o)
     memset(o, 0, sizeof *o);
 }
 
-static int out_finish(outbuf *o, uint64_t token, qs_items **out)
+/* Hands the output over in *it, allocated by the caller BEFORE the
+ * operation: once a get has committed, nothing may fail. */
+static int out_finish(outbuf *o, uint64_t token, qs_items *it, qs_items **out)
 {
-    qs_items *it = calloc(1, sizeof *it);
-    if (!it) {
-        out_drop(o);
-        return QS_NOMEM;
-    }
     if (!o->off && !(o->off = calloc(1, sizeof *o->off))) {
+        /* only an empty list gets here: nothing was consumed */
         free(it);
         out_drop(o);
         return QS_NOMEM;
@@ -896,13 +894,17 @@ static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, doubl
         rc = QS_INVAL;
     if (rc)
         return rc;
+    qs_items *it = calloc(1, sizeof *it);
+    if (!it)
+        return QS_NOMEM;
     take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max};
     rc = take_wait(c, &a, timeout);
     if (rc) {
+        free(it);
         out_drop(&a.out);
         return rc;
     }
-    return out_finish(&a.out, 0, out);
+    return out_finish(&a.out, 0, it, out);
 }
 
 static int do_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
@@ -917,13 +919,17 @@ static int do_reserve(qs_casket *c, const void *name, size_t nlen, double timeou
         rc = QS_INVAL;
     if (rc)
         return rc;
+    qs_items *it = calloc(1, sizeof *it);
+    if (!it)
+        return QS_NOMEM;
     take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = 1, .reserve = 1, .lease = lease};
     rc = take_wait(c, &a, timeout);
     if (rc) {
+        free(it);
         out_drop(&a.out);
         return rc;
     }
-    return out_finish(&a.out, a.token, out);
+    return out_finish(&a.out, a.token, it, out);
 }
 
 static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
@@ -956,11 +962,14 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
             rc = 0;
     }
     cs_read_leave(c, &bt);
+    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
+    if (rc == 0 && !it)
+        rc = QS_NOMEM;
     if (rc) {
         out_drop(&o);
         return rc;
     }
-    return out_finish(&o, 0, out);
+    return out_finish(&o, 0, it, out);
 }
 
 /* ---- ack, release, clear ------------------------------------------------- */
@@ -1134,11 +1143,16 @@ static int do_list(qs_casket *c, qs_items **out)
     }
     free(k.data);
     cs_read_leave(c, &bt);
-    if (rc && rc != QS_NOTFOUND) {
+    if (rc == QS_NOTFOUND)
+        rc = 0;
+    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
+    if (rc == 0 && !it)
+        rc = QS_NOMEM;
+    if (rc) {
         out_drop(&o);
         return rc;
     }
-    return out_finish(&o, 0, out);
+    return out_finish(&o, 0, it, out);
 }
 
 static int do_records(qs_casket *c, uint64_t *count)
