@@ -11,7 +11,8 @@
  *   REQUIRE(cond)        CHECK, then return from the case when it failed
  *   REQUIRE_RC(expr, w)  likewise
  *
- * Environment: QS_TEST_SCALE=small shrinks the workloads (valgrind);
+ * Environment: QS_TEST_SCALE=small shrinks the workloads (valgrind),
+ * QS_TEST_SCALE=full makes the power-loss sweeps cut at every write;
  * QS_TEST_SEED=n fixes the seed of the random tests; TMPDIR is where the
  * temporary caskets go (each case gets its own mkdtemp directory, removed
  * at the end unless QS_TEST_KEEP is set).
@@ -122,6 +123,14 @@ static inline int tc_small(void)
 {
     const char *s = getenv("QS_TEST_SCALE");
     return s && strcmp(s, "small") == 0;
+}
+
+/* QS_TEST_SCALE=full: the exhaustive runs (every crash point), for local
+ * use; CI runs the stated, seeded samples. */
+static inline int tc_full(void)
+{
+    const char *s = getenv("QS_TEST_SCALE");
+    return s && strcmp(s, "full") == 0;
 }
 
 /* n normally, n/div (at least 1) under QS_TEST_SCALE=small */

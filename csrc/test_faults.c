@@ -24,6 +24,7 @@
 #include <sys/uio.h>
 
 #include "test_common.h"
+#include <limits.h>
 
 /* ------------------------------------------------------------------ */
 /* the interposer                                                      */
@@ -1021,8 +1022,8 @@ static void power_loss(void)
     snprintf(pl_dir, sizeof pl_dir, "%s", t.dir);
     snprintf(pl_main, sizeof pl_main, "%s", t.path);
     snprintf(pl_log, sizeof pl_log, "%s", t.log);
-    pl_max_snaps = tc_scaled(150, 5);
-    pl_stride = 3 + (long)tc_below(&pl_rng, 5);
+    pl_max_snaps = tc_full() ? LONG_MAX : tc_scaled(150, 5);
+    pl_stride = tc_full() ? 1 : 3 + (long)tc_below(&pl_rng, 5);
     pl_nsnaps = 0;
     pl_writes = 0;
     pl_committed = 0;
@@ -1721,10 +1722,12 @@ static void bg_power_loss(int sync, int tiny)
     pl_max_snaps = snaps + 40 < 1000 ? snaps + 40 : 1000;
     pl_stride_main = (wmain + spread / 2 - 1) / (spread / 2);
     pl_stride_log = (wlog + spread / 2 - 1) / (spread / 2);
-    if (pl_stride_main < 1)
+    if (pl_stride_main < 1 || tc_full())
         pl_stride_main = 1;
-    if (pl_stride_log < 1)
+    if (pl_stride_log < 1 || tc_full())
         pl_stride_log = 1;
+    if (tc_full())
+        pl_max_snaps = LONG_MAX;
     pl_commit_cuts = 0;
     pl_off_main = (long)tc_below(&pl_rng, (uint64_t)pl_stride_main);
     pl_off_log = (long)tc_below(&pl_rng, (uint64_t)pl_stride_log);
