@@ -104,6 +104,7 @@ def test_perf_reports_overhead_and_phases(tmp_path):
     for r in data["results"]:
         assert r["writes_per_s"] > 0 and r["reads_per_s"] > 0
         assert r["write_ms"]["median"] == pytest.approx(400 / r["writes_per_s"] * 1e3)
+        assert r["warmup"]["write_ms"] > 0 and r["warmup"]["read_ms"] > 0
     assert data["threads"] == 2 and data["requests"] == 400
 
 

@@ -240,12 +240,16 @@ def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
     _header(result)
     click.echo(f"{threads} threads, {requests} requests of {value_size} bytes, "
                f"{'sync' if sync else 'no sync'}, median of {reps}")
-    click.echo(f"{'backend':<14}{'write ms':>10}{'writes/s':>12}{'read ms':>10}"
-               f"{'reads/s':>12}")
+    click.echo(f"{'backend':<14}{'write ms':>10}{'(min-max)':>16}{'writes/s':>12}"
+               f"{'read ms':>10}{'(min-max)':>16}{'reads/s':>12}{'warm-up ms w/r':>18}")
     for r in result["results"]:
-        click.echo(f"{r['backend']:<14}{r['write_ms']['median']:>10.1f}"
-                   f"{r['writes_per_s']:>12,.0f}{r['read_ms']['median']:>10.1f}"
-                   f"{r['reads_per_s']:>12,.0f}")
+        w, rd, wu = r["write_ms"], r["read_ms"], r["warmup"]
+        wspan = "({:.1f}-{:.1f})".format(w["min"], w["max"])
+        rspan = "({:.1f}-{:.1f})".format(rd["min"], rd["max"])
+        warm = "{:.1f}/{:.1f}".format(wu["write_ms"], wu["read_ms"])
+        click.echo(f"{r['backend']:<14}{w['median']:>10.1f}{wspan:>16}"
+                   f"{r['writes_per_s']:>12,.0f}{rd['median']:>10.1f}{rspan:>16}"
+                   f"{r['reads_per_s']:>12,.0f}{warm:>18}")
     _save(result, json_path)
 
 

@@ -282,8 +282,9 @@ def _phase(stores: list[bk.Store], work: Callable[[bk.Store, int, int], None],
 def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
          reps: int, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
     """Seed 001's KeyValuePerformance: one handle per thread, a write phase
-    (each put its own commit) then a read phase; best-of/median over reps;
-    the null backend's times are the harness's own overhead."""
+    (each put its own commit) then a read phase; median, min and max over
+    reps after one warm-up run (reported, not counted); the null backend's
+    times are the harness's own overhead."""
     usable, report = backend_report(backends, "kv")
     keys = [b"key-%010d" % i for i in range(requests)]
     value = b"v" * value_size
@@ -305,7 +306,7 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
             progress(b.name)
             w_times, r_times = [], []
             with b.session(sync) as session:
-                for _ in range(reps):
+                for _ in range(reps + 1):   # the first is a warm-up, reported apart
                     d = wd.fresh()
                     first = bk.open_store(b, d, sync, session)
                     stores = [first] + [first.connect() for _ in range(threads - 1)]
@@ -320,11 +321,12 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                         for s in {id(s): s for s in stores}.values():
                             s.close()
                         shutil.rmtree(d, ignore_errors=True)
+            warm = {"write_ms": w_times.pop(0) * 1e3, "read_ms": r_times.pop(0) * 1e3}
             w, r = _stats(w_times), _stats(r_times)
             results.append({"backend": b.name, "write_ms": {k: v * 1e3 for k, v in w.items()},
                             "read_ms": {k: v * 1e3 for k, v in r.items()},
                             "writes_per_s": requests / w["median"],
-                            "reads_per_s": requests / r["median"]})
+                            "reads_per_s": requests / r["median"], "warmup": warm})
     report["null"] = {"available": True, "version": "-"}
     return {"experiment": "perf", "threads": threads, "requests": requests,
             "value_size": value_size, "sync": sync, "reps": reps, "machine": info,
