@@ -236,7 +236,11 @@ static int heal(qs_casket *c)
 static int commit_and_leave(qs_casket *c)
 {
     int wrote = 0, sync = atomic_load(&c->sync);
-    int rc = pg_commit_write(&c->pg, sync, &wrote);
+    pthread_mutex_lock(&c->mu);
+    int rc = pg_commit_prepare(&c->pg);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = pg_commit_write(&c->pg, sync, &wrote);
     if (rc) {
         abort_locked(c);
         writer_leave(c);
@@ -1202,7 +1206,8 @@ static int do_compact(qs_casket *c)
     pthread_mutex_unlock(&c->mu);
     if (rc == 0) {
         int wrote;
-        rc = pg_commit_write(&t->pg, 0, &wrote);
+        if ((rc = pg_commit_prepare(&t->pg)) == 0)
+            rc = pg_commit_write(&t->pg, 0, &wrote);
         if (rc == 0 && wrote)
             pg_publish(&t->pg);
     }

@@ -643,6 +643,12 @@ int pg_trim(pager *p, int is_writer)
     return 0;
 }
 
+int pg_commit_prepare(pager *p)
+{
+    /* +1: the page pg_commit_write may bring back to carry the commit */
+    return hm_reserve(&p->logidx, p->dirty.len + p->spill.len + 1) ? QS_NOMEM : 0;
+}
+
 int pg_commit_write(pager *p, int sync_growth, int *wrote)
 {
     int rc;
@@ -660,12 +666,6 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
         if ((rc = pg_get(p, 1, k, &unused)) != 0)
             return rc;
     }
-    /* Room for every entry pg_publish will add, claimed now while failing
-     * is still harmless: a commit that could not index its pages would be
-     * lost at the next checkpoint. */
-    if (hm_reserve(&p->cache, p->dirty.len) != 0 ||
-        hm_reserve(&p->logidx, p->dirty.len + p->spill.len) != 0)
-        return QS_NOMEM;
     size_t n = p->dirty.len, fresh = 0;
     pg_buf **bufs = malloc(n * sizeof *bufs);
     pg_buf **fresh_bufs = malloc(n * sizeof *fresh_bufs);
@@ -743,8 +743,8 @@ void pg_publish(pager *p)
         left--;
         pg_buf *b = as_buf(v);
         uint64_t off = b->off;
-        /* pg_commit_write reserved room in the log index, which only the
-         * writer changes, so that put cannot fail.  Readers may have used
+        /* pg_commit_prepare reserved room in the log index, which only
+         * the writer changes, so that put cannot fail.  Readers may have used
          * the cache's room meanwhile: a page that does not fit there is
          * simply not cached (the log index or the main file has it). */
         if (hm_get(&p->cache, k, &old)) {

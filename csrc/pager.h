@@ -111,6 +111,13 @@ int pg_trim(pager *p, int is_writer);
 /* Starts a transaction (the caller holds the write lock). */
 void pg_begin(pager *p);
 
+/* Reserves the log index's room for every page the transaction will
+ * publish, so that pg_publish cannot fail (a commit that could not index
+ * its pages would be lost at the next checkpoint).  Call with the operation
+ * mutex held (readers use the index), before pg_commit_write.  Returns 0 or
+ * QS_NOMEM (abort the transaction). */
+int pg_commit_prepare(pager *p);
+
 /* Writes the transaction's frames, the commit frame last, without syncing.
  * *wrote is set to 0 when the transaction changed nothing.  Returns 0 or
  * errno; on failure the transaction is still open (abort it). */
