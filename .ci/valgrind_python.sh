@@ -85,6 +85,7 @@ jobs_list=(
     "queue_api|${PYTEST[*]} tests/test_queue_api.py"
     "queue_threads|${PYTEST[*]} tests/test_queue_threads.py -k '$KTHREADS'"
     "seed000|$PY bench/seed000.py --max 3 --reps 1 --backends pyqstore,pyqstore-batch,native --timeout 1200"
+    "qstore_bench_sweep|$PY -m pyqstore.qbench.cli sweep --max 3 --reps 1 -b pyqstore,native --no-sync"
 )
 
 t0=$(date +%s)

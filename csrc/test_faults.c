@@ -1027,7 +1027,8 @@ static void power_loss(void)
     pl_nsnaps = 0;
     pl_writes = 0;
     pl_committed = 0;
-    uint64_t ntx = (uint64_t)tc_scaled(40, 4);
+    /* the full run: a few hundred transactions, a cut at every write */
+    uint64_t ntx = tc_full() ? 300 : (uint64_t)tc_scaled(40, 4);
     pthread_mutex_lock(&pl_mu);
     pl_on = 1;
     pthread_mutex_unlock(&pl_mu);
