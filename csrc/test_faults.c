@@ -195,7 +195,8 @@ static long pl_writes;              /* tracked write calls */
 static long pl_stride = 5, pl_max_snaps = 120;
 static int pl_nsnaps;
 static uint64_t pl_committed;       /* set by the test after each commit */
-static uint64_t pl_snap_committed[1024];
+#define PL_SNAPS 1024           /* cuts one run can hold */
+static uint64_t pl_snap_committed[PL_SNAPS];
 static tc_rng pl_rng = {42};
 static char pl_dir[512];
 static long pl_unsynced[2];          /* diagnosis: log / main pages varied */
@@ -208,8 +209,8 @@ static long pl_writes_main, pl_writes_log;
 static int pl_mix_modes;
 static uint64_t pl_floor;           /* pl_committed at the last log sync */
 static uint64_t pl_started;         /* the transaction under way */
-static uint64_t pl_snap_floor[1024], pl_snap_started[1024];
-static char pl_snap_write[1024][64];    /* the write the cut came after */
+static uint64_t pl_snap_floor[PL_SNAPS], pl_snap_started[PL_SNAPS];
+static char pl_snap_write[PL_SNAPS][64];    /* the write the cut came after */
 static uint64_t pl_last_off, pl_last_len;
 /* (fd, page offset) -> index + 1 into pl_pages: a big transaction leaves
  * thousands of unsynced pages */
@@ -1022,13 +1023,12 @@ static void power_loss(void)
     snprintf(pl_dir, sizeof pl_dir, "%s", t.dir);
     snprintf(pl_main, sizeof pl_main, "%s", t.path);
     snprintf(pl_log, sizeof pl_log, "%s", t.log);
-    pl_max_snaps = tc_full() ? LONG_MAX : tc_scaled(150, 5);
+    pl_max_snaps = tc_full() ? PL_SNAPS : tc_scaled(150, 5);
     pl_stride = tc_full() ? 1 : 3 + (long)tc_below(&pl_rng, 5);
     pl_nsnaps = 0;
     pl_writes = 0;
     pl_committed = 0;
-    /* the full run: a few hundred transactions, a cut at every write */
-    uint64_t ntx = tc_full() ? 300 : (uint64_t)tc_scaled(40, 4);
+    uint64_t ntx = (uint64_t)tc_scaled(40, 4);
     pthread_mutex_lock(&pl_mu);
     pl_on = 1;
     pthread_mutex_unlock(&pl_mu);
@@ -1728,7 +1728,7 @@ static void bg_power_loss(int sync, int tiny)
     if (pl_stride_log < 1 || tc_full())
         pl_stride_log = 1;
     if (tc_full())
-        pl_max_snaps = LONG_MAX;
+        pl_max_snaps = PL_SNAPS;
     pl_commit_cuts = 0;
     pl_off_main = (long)tc_below(&pl_rng, (uint64_t)pl_stride_main);
     pl_off_log = (long)tc_below(&pl_rng, (uint64_t)pl_stride_log);
