@@ -147,13 +147,19 @@ def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
     _save(result, json_path)
 
 
-def _plot_sweep(result: dict[str, Any], path: str) -> None:
+def _pyplot() -> Any:
+    """matplotlib.pyplot on a file-only backend, or a clear error."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def _plot_sweep(result: dict[str, Any], path: str) -> None:
+    plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in dict.fromkeys(r["backend"] for r in result["results"]):
         rows = [r for r in result["results"] if r["backend"] == name]
@@ -331,12 +337,7 @@ def tune(backend_name: str, batches: str, writers: str, duration: float, sync: b
 
 
 def _plot_tune(result: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    plt = _pyplot()
     cells = result["cells"]
     ws = sorted({c["writers"] for c in cells})
     bs = sorted({c["batch"] for c in cells})
@@ -374,12 +375,7 @@ def _plot_tune(result: dict[str, Any], path: str) -> None:
 
 def _heatmaps(panels: list[tuple[str, list[list[float]]]], xs: list[int], ys: list[int],
               xlabel: str, ylabel: str, unit: str, title: str, path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
     for ax, (name, grid) in zip(axes[0], panels):
         im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
@@ -509,12 +505,7 @@ def codecs(max_n: int, step: int, reps: int, plot_path: Optional[str],
 
 
 def _plot_codecs(result: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise click.ClickException("--plot needs matplotlib: pip install matplotlib") from None
+    plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in dict.fromkeys(r["codec"] for r in result["results"]):
         rows = [r for r in result["results"] if r["codec"] == name]
