@@ -18,19 +18,38 @@
 #define DEFAULT_CACHE (256ull << 20)
 #define DEFAULT_CHECKPOINT (4ull << 20)
 #define LOG_SUFFIX "-log"
+#define SHM_SUFFIX "-shm"
+/* How long a checkpoint waits for other processes' operations to end
+ * before it is put off to a later commit. */
+#define CKPT_WAIT 0.25
 
 /* ---- small helpers -------------------------------------------------------- */
 
 /* Every public call is counted so qs_shutdown can wait for those running
  * and refuse new ones. */
+/* Bumped in the child of every fork(): a handle whose generation differs
+ * was inherited, and its locks and shared state belong to the parent. */
+static atomic_uint fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void after_fork_in_child(void) { atomic_fetch_add(&fork_generation, 1); }
+static void install_fork_hook(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+static int forked(const qs_casket *c)
+{
+    return c->fork_gen != atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
 int cs_enter_call(qs_casket *c)
 {
+    if (forked(c))
+        return QS_FORKED;
     atomic_fetch_add(&c->calls, 1);
     if (atomic_load(&c->closed)) {
         atomic_fetch_sub(&c->calls, 1);
-        return 0;
+        return QS_CLOSED;
     }
-    return 1;
+    return 0;
 }
 
 void cs_leave_call(qs_casket *c)
@@ -63,6 +82,8 @@ const char *qs_strerror(int rc)
     case QS_NOTCASKET: return "not a pyqstore casket (bad magic number)";
     case QS_VERSION: return "unsupported casket format version";
     case QS_LOCKED: return "casket is locked by another process";
+    case QS_FORKED:
+        return "casket handle inherited across fork(); open the casket again in the child";
     case QS_READONLY: return "casket is open read-only";
     case QS_TXN: return "transaction misuse (nested begin, or no transaction of this thread)";
     case QS_INVAL: return "invalid argument";
@@ -95,32 +116,128 @@ double cs_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int take_flock(int fd, int exclusive, double timeout)
+/* ---- other processes' commits ------------------------------------------------ */
+
+/* Catches up with commits other handles published (mu held, guard
+ * entered). */
+static int catch_up(qs_casket *c)
 {
-    double deadline = cs_now() + timeout;
-    long sleep_ns = 1000000;
-    for (;;) {
-        if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0)
-            return 0;
-        if (errno != EWOULDBLOCK && errno != EINTR)
-            return errno;
-        double left = deadline - cs_now();
-        if (left <= 0)
-            return QS_LOCKED;
-        struct timespec ts = {0, sleep_ns};
-        if (sleep_ns * 1e-9 > left)
-            ts.tv_nsec = (long)(left * 1e9);
-        nanosleep(&ts, NULL);
-        if (sleep_ns < 20000000)
-            sleep_ns *= 2;
+    uint64_t seq = sh_commit_seq(&c->sh);
+    if (seq == c->seen_seq || c->pg.in_txn)
+        return 0;
+    sh_commit cm;
+    sh_read_commit(&c->sh, &cm);
+    uint64_t old_salt = c->pg.log.salt, old_end = c->pg.log_end;
+    int rc = pg_refresh(&c->pg, cm.salt, cm.log_end);
+    if (rc)
+        return rc;
+    if (cm.salt != old_salt) {
+        /* Their checkpoint synced everything logged before it. */
+        pthread_mutex_lock(&c->smu);
+        c->lsn_base += old_end;
+        if (c->lsn_written < c->lsn_base + PG_SIZE)
+            c->lsn_written = c->lsn_base + PG_SIZE;
+        if (c->lsn_synced < c->lsn_base + PG_SIZE)
+            c->lsn_synced = c->lsn_base + PG_SIZE;
+        pthread_cond_broadcast(&c->scond);
+        pthread_mutex_unlock(&c->smu);
     }
+    c->seen_seq = cm.seq;
+    c->version++;
+    qq_refresh(c);
+    return 0;
+}
+
+int cs_view_lock(qs_casket *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->shared)
+        return 0;
+    sh_op_enter(&c->sh);
+    int rc = catch_up(c);
+    if (rc) {
+        sh_op_leave(&c->sh);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return rc;
+}
+
+void cs_view_unlock(qs_casket *c)
+{
+    if (c->shared)
+        sh_op_leave(&c->sh);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Publishes our newest commit (or checkpoint) to other handles; mu held. */
+static void publish_shared(qs_casket *c)
+{
+    if (!c->shared)
+        return;
+    sh_publish(&c->sh, c->pg.log.salt, c->pg.log_end);
+    c->seen_seq = c->wrote_seq = sh_commit_seq(&c->sh);
+}
+
+/* Takes the cross-process write lock for the thread that holds the
+ * in-process one, and brings the writer up to date: the newest commit, a
+ * commit a writer that died holding the lock left unpublished, the log's
+ * size, and a transaction number no other writer has used. */
+static int process_lock(qs_casket *c)
+{
+    int died, rc = sh_wlock(&c->sh, c->lock_timeout, &died);
+    if (rc)
+        return rc;
+    if ((rc = cs_view_lock(c)) == 0) {
+        int found = 0;
+        if (died)
+            rc = pg_adopt(&c->pg, &found);
+        else if (c->seen_seq != c->wrote_seq && c->pg.log.salt)
+            rc = pg_log_size(&c->pg);
+        if (rc == 0 && found) {
+            c->version++;
+            qq_refresh(c);
+            publish_shared(c);
+        }
+        if (rc == 0 && c->pg.log.salt == 0 && !c->readonly) {
+            /* The casket was first opened read-only, without a log. */
+            if ((rc = wal_reset(&c->pg.log, c->pg.meta.txn)) == 0 &&
+                (rc = pg_log_size(&c->pg)) == 0) {
+                c->pg.log_end = PG_SIZE;
+                publish_shared(c);
+            }
+        }
+        if (rc == 0) {
+            uint64_t floor = c->pg.meta.txn + 1;
+            if (floor < c->pg.next_txn)
+                floor = c->pg.next_txn;
+            c->pg.next_txn = sh_take_txn(&c->sh, floor);
+        }
+        cs_view_unlock(c);
+    }
+    if (rc)
+        sh_wunlock(&c->sh);
+    return rc;
 }
 
 /* ---- the write lock and transactions ---------------------------------------- */
 
+static void writer_release(qs_casket *c);
+
+static int writer_enter_opt(qs_casket *c, int wait);
+
 static int writer_enter(qs_casket *c)
 {
+    return writer_enter_opt(c, 1);
+}
+
+/* wait 0: QS_LOCKED at once if another thread or process writes. */
+static int writer_enter_opt(qs_casket *c, int wait)
+{
     pthread_mutex_lock(&c->wmu);
+    if (!wait && c->wbusy) {
+        pthread_mutex_unlock(&c->wmu);
+        return QS_LOCKED;
+    }
     while (c->wbusy && !atomic_load(&c->closed))
         pthread_cond_wait(&c->wcond, &c->wmu);
     if (c->wbusy) {
@@ -130,10 +247,29 @@ static int writer_enter(qs_casket *c)
     c->wbusy = 1;
     atomic_store(&c->owner, my_tid());
     pthread_mutex_unlock(&c->wmu);
+    if (c->shared) {
+        double timeout = c->lock_timeout;
+        if (!wait)
+            c->lock_timeout = 0;
+        int rc = process_lock(c);
+        c->lock_timeout = timeout;
+        if (rc) {
+            writer_release(c);
+            return rc;
+        }
+    }
     return 0;
 }
 
 static void writer_leave(qs_casket *c)
+{
+    if (c->shared)
+        sh_wunlock(&c->sh);
+    writer_release(c);
+}
+
+/* Releases the in-process write lock. */
+static void writer_release(qs_casket *c)
 {
     pthread_mutex_lock(&c->wmu);
     c->wbusy = 0;
@@ -192,20 +328,31 @@ static int group_sync(qs_casket *c, uint64_t lsn)
 static int checkpoint_locked(qs_casket *c, uint64_t keep)
 {
     int rc = 0;
+    /* Other processes may be reading pages the copy overwrites. */
+    if (c->shared && (rc = sh_ckpt_begin(&c->sh, CKPT_WAIT)) != 0)
+        return rc;
     /* Write-ahead rule: the main file may only receive pages whose log
      * frames are durable, or a power cut halfway through the copy could
      * leave newer pages in it than the log can replay to.  Holds with sync
      * off too: there commits may be lost, but never the file's sanity. */
     if (c->pg.logidx.len && (rc = group_sync(c, c->lsn_base + c->pg.log_end)) == 0)
         rc = pg_checkpoint_copy(&c->pg);
-    if (rc)
+    if (rc) {
+        if (c->shared)
+            sh_ckpt_end(&c->sh);
         return rc;
+    }
     pthread_mutex_lock(&c->mu);
     uint64_t old_end = c->pg.log_end;
     rc = pg_checkpoint_finish(&c->pg, keep);
     if (rc)
         c->fatal = rc;
+    /* Even a failed log restart may have changed the header: others must
+     * reread it (and find the main file complete). */
+    publish_shared(c);
     pthread_mutex_unlock(&c->mu);
+    if (c->shared)
+        sh_ckpt_end(&c->sh);
     pthread_mutex_lock(&c->smu);
     /* Everything logged so far is now in the synced main file. */
     c->lsn_base += old_end;
@@ -247,9 +394,10 @@ static int commit_and_leave(qs_casket *c)
         return rc;
     }
     pthread_mutex_lock(&c->mu);
-    if (wrote)
+    if (wrote) {
         pg_publish(&c->pg);
-    else
+        publish_shared(c);
+    } else
         pg_abort(&c->pg);
     qq_txn_end(c, 1);
     c->version++;
@@ -335,7 +483,7 @@ void qs_set_sync(qs_casket *c, int on)
  * transaction of its own. */
 typedef cs_write_fn write_fn;
 
-static int write_core(qs_casket *c, write_fn fn, void *arg)
+static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
 {
     if (c->readonly)
         return QS_READONLY;
@@ -343,7 +491,7 @@ static int write_core(qs_casket *c, write_fn fn, void *arg)
     if (own && c->txn_error)
         return c->txn_error;
     if (!own) {
-        int rc = writer_enter(c);
+        int rc = writer_enter_opt(c, wait);
         if (rc)
             return rc;
         if ((rc = heal(c)) != 0) {
@@ -382,13 +530,29 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
         if (rc)
             return rc;
     }
-    return write_core(c, fn, arg);
+    return write_core(c, fn, arg, 1);
 }
 
 /* ---- open and close ------------------------------------------------------- */
 
+/* The handle's mutexes and conditions (set up once its pager opened). */
+static void destroy_sync(qs_casket *c)
+{
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->wmu);
+    pthread_mutex_destroy(&c->smu);
+    pthread_cond_destroy(&c->wcond);
+    pthread_cond_destroy(&c->scond);
+}
+
 static void casket_free(qs_casket *c)
 {
+    if (c->shared) {
+        if (forked(c))
+            sh_forget(&c->sh);
+        else
+            sh_close(&c->sh);
+    }
     qq_free(c);
     free(c->pend_keys.data);
     free(c->pend_vals.data);
@@ -413,7 +577,16 @@ static char *log_path_of(const char *path)
     return lp;
 }
 
+static int open_casket(const char *path, const qs_options *opts, int shared, qs_casket **out);
+
 int qs_open(const char *path, const qs_options *opts, qs_casket **out)
+{
+    return open_casket(path, opts, 1, out);
+}
+
+/* shared 0: a private casket no other handle may open (compaction's
+ * scratch file), with no region beside it. */
+static int open_casket(const char *path, const qs_options *opts, int shared, qs_casket **out)
 {
     qs_options o;
     if (out)
@@ -427,20 +600,42 @@ int qs_open(const char *path, const qs_options *opts, qs_casket **out)
     if (o.mode < QS_OPEN_READ || o.mode > QS_OPEN_NEW || !(o.lock_timeout >= 0) ||
         isinf(o.lock_timeout))
         return QS_INVAL;
+    pthread_once(&fork_once, install_fork_hook);
     qs_casket *c = calloc(1, sizeof *c);
     if (!c)
         return QS_NOMEM;
     c->fd = c->log_fd = -1;
+    c->fork_gen = atomic_load(&fork_generation);
+    c->lock_timeout = o.lock_timeout;
     c->readonly = o.mode == QS_OPEN_READ;
     atomic_init(&c->sync, o.sync ? 1 : 0);
     atomic_init(&c->owner, 0);
     c->checkpoint_bytes = o.checkpoint_bytes ? o.checkpoint_bytes : DEFAULT_CHECKPOINT;
     uint64_t cache = o.cache_bytes ? o.cache_bytes : DEFAULT_CACHE;
-    int rc = 0;
-    char *lp = NULL;
+    int rc = 0, alone = 1;
+    char *lp = NULL, *sp = NULL;
     if (!(c->path = strdup(path)) || !(lp = log_path_of(path))) {
         rc = QS_NOMEM;
         goto fail;
+    }
+    if (shared) {
+        /* Attach before opening the files: an opener that is alone may
+         * recover them, and compaction replaces the main file while it
+         * holds the region exclusively. */
+        size_t n = strlen(path);
+        if (!(sp = malloc(n + sizeof SHM_SUFFIX))) {
+            rc = QS_NOMEM;
+            goto fail;
+        }
+        memcpy(sp, path, n);
+        memcpy(sp + n, SHM_SUFFIX, sizeof SHM_SUFFIX);
+        if (o.mode == QS_OPEN_READ && access(path, F_OK) != 0) {
+            rc = errno;     /* do not leave a region beside nothing */
+            goto fail;
+        }
+        if ((rc = sh_open(&c->sh, sp, o.lock_timeout, &alone)) != 0)
+            goto fail;
+        c->shared = 1;
     }
     int flags = O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR);
     if (o.mode >= QS_OPEN_CREATE)
@@ -463,10 +658,10 @@ int qs_open(const char *path, const qs_options *opts, qs_casket **out)
         rc = errno;
         goto fail;
     }
-    /* The lock lives on the log, which outlives compaction's rename. */
-    int lock_fd = c->log_fd >= 0 ? c->log_fd : c->fd;
-    if ((rc = take_flock(lock_fd, !c->readonly, o.lock_timeout)) != 0)
+    if (o.mode == QS_OPEN_NEW && !alone) {
+        rc = QS_LOCKED;     /* cannot empty it under other handles */
         goto fail;
+    }
     if (o.mode == QS_OPEN_NEW) {
         if (ftruncate(c->fd, 0) != 0 || ftruncate(c->log_fd, 0) != 0) {
             rc = errno;
@@ -479,8 +674,8 @@ int qs_open(const char *path, const qs_options *opts, qs_casket **out)
         rc = QS_NOTCASKET;
         goto fail;
     }
-    rc = pg_open(&c->pg, c->fd, c->log_fd, c->readonly, create,
-                 (size_t)(cache / PG_SIZE), c->checkpoint_bytes);
+    rc = pg_open_mode(&c->pg, c->fd, c->log_fd, c->readonly, create, !alone,
+                      (size_t)(cache / PG_SIZE), c->checkpoint_bytes);
     if (rc)
         goto fail;
     pthread_mutex_init(&c->mu, NULL);
@@ -489,11 +684,28 @@ int qs_open(const char *path, const qs_options *opts, qs_casket **out)
     pthread_cond_init(&c->wcond, NULL);
     pthread_cond_init(&c->scond, NULL);
     c->lsn_written = c->lsn_synced = PG_SIZE;
+    if (c->shared && alone) {
+        sh_commit cm = {c->pg.has_log ? c->pg.log.salt : 0, c->pg.log_end, 1};
+        sh_init(&c->sh, &cm, c->pg.next_txn);
+        c->seen_seq = c->wrote_seq = 1;
+        rc = sh_share(&c->sh);
+    } else if (c->shared) {
+        /* Learn the log now, so a damaged one fails the open. */
+        if ((rc = cs_view_lock(c)) == 0)
+            cs_view_unlock(c);
+    }
+    if (rc) {
+        pg_close(&c->pg);
+        destroy_sync(c);
+        goto fail;
+    }
     free(lp);
+    free(sp);
     *out = c;
     return 0;
 fail:
     free(lp);
+    free(sp);
     casket_free(c);
     return rc;
 }
@@ -502,6 +714,8 @@ int qs_shutdown(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
+    if (forked(c))
+        return QS_FORKED;
     if (atomic_exchange(&c->closed, 1))
         return 0;
     /* Wake writers queued for the write lock and blocked queue readers:
@@ -524,10 +738,28 @@ int qs_shutdown(qs_casket *c)
     pthread_mutex_unlock(&c->wmu);
     if (busy && c->pg.in_txn)
         abort_locked(c);
-    int rc = 0;
-    if (!c->readonly)
-        rc = checkpoint_locked(c, PG_SIZE);
+    int rc = 0, locked = !c->shared || busy;
+    if (!locked && !c->readonly)
+        locked = process_lock(c) == 0;
+    if (locked) {
+        /* Our reservations go back to their queues; and the last handle
+         * leaves the log one page long. */
+        if (c->shared)
+            qq_close(c);
+        uint64_t keep = !c->shared || sh_exclusive(&c->sh) == 0
+                            ? PG_SIZE : c->checkpoint_bytes + (1u << 20);
+        if (!c->readonly)
+            rc = checkpoint_locked(c, keep);
+        if (rc == QS_LOCKED)
+            rc = 0;     /* others are still reading: they checkpoint later */
+        if (c->shared)
+            sh_wunlock(&c->sh);
+    }
+    /* Otherwise the others still commit and checkpoint; our reservations
+     * return when they find our slot abandoned. */
     pg_close(&c->pg);
+    if (c->shared)
+        sh_close(&c->sh);   /* let others in, or let an opener be alone */
     if (c->log_fd >= 0)
         close(c->log_fd);
     if (c->fd >= 0)
@@ -540,12 +772,23 @@ int qs_close(qs_casket *c)
 {
     if (!c)
         return 0;
+    if (forked(c)) {
+        /* The parent owns the locks and the shared state this copy
+         * inherited, and its threads' mutexes may have been held at the
+         * fork: release our descriptors and memory, touch nothing else. */
+        if (c->shared)
+            sh_forget(&c->sh);
+        c->shared = 0;
+        if (c->log_fd >= 0)
+            close(c->log_fd);
+        if (c->fd >= 0)
+            close(c->fd);
+        free(c->path);
+        free(c);
+        return 0;
+    }
     int rc = qs_shutdown(c);
-    pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->wmu);
-    pthread_mutex_destroy(&c->smu);
-    pthread_cond_destroy(&c->wcond);
-    pthread_cond_destroy(&c->scond);
+    destroy_sync(c);
     casket_free(c);
     return rc;
 }
@@ -787,7 +1030,7 @@ static int flush_pending(qs_casket *c)
         return 0;
     rec_args a = {.n = c->pend_n, .keys = c->pend_keys.data, .vals = c->pend_vals.data,
                   .koff = c->pend_koff, .voff = c->pend_voff};
-    int rc = write_core(c, putdup_many_fn, &a);
+    int rc = write_core(c, putdup_many_fn, &a, 1);
     drop_pending(c);
     return rc;
 }
@@ -888,8 +1131,7 @@ static int read_enter(qs_casket *c, bt_ctx *bt)
         if (rc)
             return rc;
     }
-    pthread_mutex_lock(&c->mu);
-    return 0;
+    return cs_view_lock(c);
 }
 
 #define READ_ENTER(c, bt)                                                                 \
@@ -902,10 +1144,17 @@ static int read_enter(qs_casket *c, bt_ctx *bt)
 static void read_leave(qs_casket *c, bt_ctx *bt)
 {
     pg_trim(&c->pg, bt->wview);
-    pthread_mutex_unlock(&c->mu);
+    cs_view_unlock(c);
 }
 
 int cs_write(qs_casket *c, cs_write_fn fn, void *arg) { return write_op(c, fn, arg); }
+
+int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)
+{
+    if (i_own(c))
+        return write_op(c, fn, arg);
+    return write_core(c, fn, arg, 0);
+}
 
 int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
 {
@@ -1109,7 +1358,12 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
         if (wrc)
             return wrc;
     }
-    pthread_mutex_lock(&c->mu);
+    int vrc = cs_view_lock(c);
+    if (vrc) {
+        if (!c->readonly)
+            writer_leave(c);
+        return vrc;
+    }
     pager *p = &c->pg;
     uint8_t *seen = calloc(p->meta.npages ? p->meta.npages : 1, 1);
     int rc = seen ? 0 : QS_NOMEM;
@@ -1129,7 +1383,7 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
         }
     free(seen);
     pg_trim(p, 0);
-    pthread_mutex_unlock(&c->mu);
+    cs_view_unlock(c);
     if (!c->readonly)
         writer_leave(c);
     return rc;
@@ -1177,6 +1431,11 @@ static int do_compact(qs_casket *c)
     int rc = writer_enter(c);
     if (rc)
         return rc;
+    /* The main file is replaced: nobody else may have it open. */
+    if (c->shared && (rc = sh_exclusive(&c->sh)) != 0) {
+        writer_leave(c);
+        return rc;
+    }
     size_t n = strlen(c->path);
     char *tmp = malloc(n + 16), *tmplog = malloc(n + 32);
     qs_casket *t = NULL;
@@ -1195,7 +1454,7 @@ static int do_compact(qs_casket *c)
     o.mode = QS_OPEN_NEW;
     o.sync = 0;
     o.lock_timeout = 0;
-    if ((rc = qs_open(tmp, &o, &t)) != 0)
+    if ((rc = open_casket(tmp, &o, 0, &t)) != 0)
         goto out;
     pthread_mutex_lock(&c->mu);
     t->pg.next_txn = c->pg.next_txn;
@@ -1260,6 +1519,7 @@ static int do_compact(qs_casket *c)
         c->fd = newfd;
         c->version++;
         qq_invalidate(c);
+        publish_shared(c);
     } else {
         /* Our pager still points at the replaced file: writing there would
          * be lost, so refuse writes; reads see the last commit. */
@@ -1272,11 +1532,7 @@ static int do_compact(qs_casket *c)
 out:
     if (t) {
         pg_close(&t->pg);
-        pthread_mutex_destroy(&t->mu);
-        pthread_mutex_destroy(&t->wmu);
-        pthread_mutex_destroy(&t->smu);
-        pthread_cond_destroy(&t->wcond);
-        pthread_cond_destroy(&t->scond);
+        destroy_sync(t);
         casket_free(t);
     }
     if (tmplog)
@@ -1285,6 +1541,8 @@ out:
         unlink(tmp);
     free(tmp);
     free(tmplog);
+    if (c->shared)
+        sh_share(&c->sh);
     writer_leave(c);
     return rc;
 }

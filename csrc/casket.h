@@ -5,6 +5,7 @@
 #include "qstore.h"
 #include "btree.h"
 #include "pager.h"
+#include "shm.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -46,6 +47,14 @@ struct qs_casket {
     uint64_t checkpoint_bytes;
     /* the queue layer's in-memory state (queue.c), guarded by mu */
     struct qq_registry *queues;
+    /* other processes (shm.c): shared is 0 only for compaction's private
+     * scratch casket */
+    int shared;
+    sh_region sh;
+    uint64_t seen_seq;          /* the shared commit count our view reflects */
+    uint64_t wrote_seq;         /* ... right after our last own commit */
+    double lock_timeout;
+    unsigned fork_gen;          /* fork generation at open (see cs_enter_call) */
 };
 
 struct qs_cursor {
@@ -68,6 +77,10 @@ struct qs_cursor {
 typedef int (*cs_write_fn)(qs_casket *c, bt_ctx *bt, void *arg);
 int cs_write(qs_casket *c, cs_write_fn fn, void *arg);
 
+/* cs_write that never waits for the write lock: QS_LOCKED when another
+ * thread or process holds it. */
+int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg);
+
 /* Takes the operation mutex for a read in the caller's view (the writer's
  * own if it holds the write lock) of namespace ns; cs_read_leave releases
  * it.  cs_read_enter returns 0 or the error of applying buffered putdups
@@ -80,11 +93,18 @@ void cs_read_leave(qs_casket *c, bt_ctx *bt);
 int cs_owns(qs_casket *c);
 int cs_in_txn(qs_casket *c);
 
+/* The operation mutex for a reader: inside the checkpoint guard, with the
+ * committed view brought up to the newest commit of any handle.  Returns 0
+ * (held) or the error of catching up (not held). */
+int cs_view_lock(qs_casket *c);
+void cs_view_unlock(qs_casket *c);
+
 /* Monotonic clock, seconds. */
 double cs_now(void);
 
-/* Public-call accounting (see qs_shutdown): cs_enter_call returns 0 when the
- * casket is closed (the call must then return QS_CLOSED). */
+/* Public-call accounting (see qs_shutdown): cs_enter_call returns 0, or
+ * the error the call must return: QS_CLOSED once the casket is closed,
+ * QS_FORKED in a child process that inherited the handle. */
 int cs_enter_call(qs_casket *c);
 void cs_leave_call(qs_casket *c);
 
@@ -95,9 +115,10 @@ void cs_leave_call(qs_casket *c);
     {                                                                                   \
         if (!(handle))                                                                  \
             return QS_INVAL;                                                            \
-        if (!cs_enter_call(casket))                                                     \
-            return QS_CLOSED;                                                           \
-        int rc = impl args;                                                             \
+        int rc = cs_enter_call(casket);                                                 \
+        if (rc)                                                                         \
+            return rc;                                                                  \
+        rc = impl args;                                                             \
         cs_leave_call(casket);                                                          \
         return rc;                                                                      \
     }

@@ -7,6 +7,7 @@
 #include "qstore.h"
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,11 +136,16 @@ static int pwrite_page(int fd, const uint8_t *page, uint64_t off)
 }
 
 /* Reads the committed image of pgno from the log or the main file. */
+static int main_size_pages(pager *p, uint64_t *pages);
+
 static int read_committed(pager *p, uint32_t pgno, uint8_t *page)
 {
     uint64_t off;
     if (hm_get(&p->logidx, pgno, &off))
         return wal_read_frame(&p->log, off, pgno, page);
+    /* Another process may have grown the file (pages written directly). */
+    if (pgno >= p->main_pages && main_size_pages(p, &p->main_pages) != 0)
+        return errno;
     if (pgno >= p->main_pages)
         return QS_CORRUPT;
     int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE);
@@ -175,6 +181,12 @@ static int main_size_pages(pager *p, uint64_t *pages)
 
 int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
             size_t budget_pages, uint64_t checkpoint_bytes)
+{
+    return pg_open_mode(p, fd, log_fd, readonly, create, 0, budget_pages, checkpoint_bytes);
+}
+
+int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int attach,
+                 size_t budget_pages, uint64_t checkpoint_bytes)
 {
     memset(p, 0, sizeof *p);
     p->fd = fd;
@@ -226,6 +238,18 @@ int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
         goto fail;
     }
 
+    if (attach) {
+        /* Other handles have the casket open: the log is theirs as much as
+         * ours.  The first pg_refresh reads it (salt 0 matches no log). */
+        if (page0_bad) {
+            rc = QS_CORRUPT;
+            goto fail;
+        }
+        p->log.salt = 0;
+        p->next_txn = p->meta.txn + 1;
+        free(page);
+        return 0;
+    }
     int log_ok = 0;
     if (p->has_log) {
         rc = wal_read_header(&p->log);
@@ -856,5 +880,100 @@ int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
     if (keep_log_bytes < PG_SIZE)
         keep_log_bytes = PG_SIZE;
     wal_shrink(&p->log, keep_log_bytes);  /* failing leaves a longer log: harmless */
+    return 0;
+}
+
+static void forget_cached(void *ctx, uint32_t pgno)
+{
+    pager *p = ctx;
+    uint64_t v;
+    if (hm_get(&p->cache, pgno, &v)) {
+        hm_del(&p->cache, pgno);
+        buf_drop(p, as_buf(v));
+    }
+}
+
+int pg_refresh(pager *p, uint64_t salt, uint64_t end)
+{
+    int rc;
+    if (salt != p->log.salt) {
+        /* Another handle checkpointed: the main file holds all the old log
+         * held, and the log started a new generation. */
+        pg_meta m;
+        uint8_t *page = malloc(PG_SIZE);
+        if (!page)
+            return QS_NOMEM;
+        rc = pread_page(p->fd, page, 0);
+        if (rc == 0 && (page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
+            rc = QS_CORRUPT;
+        if (rc == 0)
+            meta_load(page + TR_META, &m);
+        free(page);
+        if (rc)
+            return rc;
+        wal w = p->log;
+        if (salt != 0) {
+            if ((rc = wal_read_header(&w)) != 0)
+                return rc;
+            if (w.salt != salt)
+                return QS_CORRUPT;
+        } else
+            w.salt = 0;     /* no log yet (a read-only handle opened alone) */
+        if (m.npages == 0 || m.root[0] >= m.npages || m.root[1] >= m.npages ||
+            m.free_head >= m.npages)
+            return QS_CORRUPT;
+        drop_all(p, &p->cache);
+        hm_clear(&p->logidx);
+        p->log.salt = w.salt;
+        p->log.base_txn = w.base_txn > m.txn ? w.base_txn : m.txn;
+        p->meta = m;
+        p->log_end = PG_SIZE;
+        if ((rc = main_size_pages(p, &p->main_pages)) != 0)
+            return rc;
+    }
+    if (end > p->log_end) {
+        wal_recovery rec;
+        rc = wal_scan(&p->log, &p->logidx, p->log_end, end, p->meta.txn, &rec, forget_cached, p);
+        if (rc)
+            return rc;
+        if (!rec.found_commit || rec.end != end)
+            return QS_CORRUPT;
+        p->meta = rec.meta;
+        p->log_end = end;
+    } else if (end < p->log_end)
+        return QS_CORRUPT;
+    if (p->next_txn <= p->meta.txn)
+        p->next_txn = p->meta.txn + 1;
+    p->epoch++;
+    return 0;
+}
+
+int pg_adopt(pager *p, int *found)
+{
+    struct stat st;
+    *found = 0;
+    if (fstat(p->log.fd, &st) != 0)
+        return errno;
+    p->log.alloc = (uint64_t)st.st_size;
+    wal_recovery rec;
+    int rc = wal_scan(&p->log, &p->logidx, p->log_end, (uint64_t)st.st_size, p->meta.txn, &rec,
+                      forget_cached, p);
+    if (rc == 0 && rec.found_commit) {
+        p->meta = rec.meta;
+        p->log_end = rec.end;
+        if (p->next_txn <= p->meta.txn)
+            p->next_txn = p->meta.txn + 1;
+        p->epoch++;
+        *found = 1;
+    }
+    return rc;
+}
+
+int pg_log_size(pager *p)
+{
+    struct stat st;
+    if (fstat(p->log.fd, &st) != 0)
+        return errno;
+    p->log.alloc = (uint64_t)st.st_size;
     return 0;
 }

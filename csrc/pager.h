@@ -74,6 +74,31 @@ typedef struct pager {
 int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
             size_t budget_pages, uint64_t checkpoint_bytes);
 
+/* pg_open with attach nonzero: other handles have the casket open, so
+ * the log is neither recovered nor checkpointed; the pager reads page 0 and
+ * learns the log from its first pg_refresh. */
+int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int attach,
+                 size_t budget_pages, uint64_t checkpoint_bytes);
+
+/* Brings the committed view up to the newest commit another handle
+ * published: log generation salt, committed up to offset end.  A new salt
+ * means a checkpoint happened (the cache and log index are dropped and
+ * page 0 reread); otherwise the frames from the old end to end are
+ * indexed and the cached images they replace dropped.  Call with no
+ * transaction open and no checkpoint running.  Returns 0, QS_CORRUPT (the
+ * log does not hold what was published), QS_NOMEM or errno; on failure the
+ * view may have partly moved on, and a retry completes it. */
+int pg_refresh(pager *p, uint64_t salt, uint64_t end);
+
+/* After a writer died holding the write lock: indexes any transaction it
+ * committed to the log but did not live to publish (*found 1), and learns
+ * the log's size.  Returns 0 or an error as pg_refresh. */
+int pg_adopt(pager *p, int *found);
+
+/* Learns the log file's size (another process may have grown or cut it)
+ * before this handle writes to it.  Returns 0 or errno. */
+int pg_log_size(pager *p);
+
 /* Releases memory.  Does not checkpoint or close fds. */
 void pg_close(pager *p);
 

@@ -60,7 +60,9 @@ enum {
     QS_NOTRESERVED = -32014, /* qs_queue_ack/release: the item is not
                                reserved under this token (acknowledged,
                                released, or its lease expired) */
-    QS_LAST_ERRCODE = -32014
+    QS_FORKED = -32015,     /* the handle was opened in the parent of a
+                               fork(): a child must open the casket itself */
+    QS_LAST_ERRCODE = -32015
 };
 
 enum {

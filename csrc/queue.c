@@ -13,9 +13,13 @@
  * payloads kept inline.
  *
  * In memory, per handle, a registry of the queues used: each one's exact
- * length (so qs_queue_len is O(1)), its reservations (sorted by id), and a
- * condition variable for blocked readers.  Everything here is guarded by
- * the casket's operation mutex. */
+ * length (so qs_queue_len is O(1)) and the open transaction's reservation
+ * changes (sorted by id).  Committed reservations of every handle, in every
+ * process, live in the shared region (shm.c): so a reserved item is hidden
+ * from all consumers, and lengths count them everywhere.  Blocked readers
+ * sleep on the region's wake-up word of their queue.  Everything here is
+ * guarded by the casket's operation mutex; the region's reservations
+ * change only under the write lock. */
 #include "queue.h"
 #include <math.h>
 #include <stdlib.h>
@@ -25,9 +29,13 @@
 #define TAG_INLINE 0
 #define TAG_SHARED 1
 #define KEY_QUEUE 'q'
+/* How often a reader blocked on a queue whose items others reserved looks
+ * for holders that died, seconds. */
+#define DEAD_CHECK 0.25
 
-#define M_NEW 1u        /* reserved in the open transaction */
-#define M_ACKED 2u      /* acknowledged in the open transaction */
+#define M_NEW 1u        /* reserved in the open transaction (not yet shared) */
+#define M_ACKED 2u      /* acknowledged in the open transaction (the shared
+                           entry goes at commit) */
 
 typedef struct qq_mark {
     uint64_t id, token;
@@ -48,9 +56,7 @@ typedef struct qq_queue {
     qq_mark *m;                 /* reservations, sorted by id */
     size_t nm, mcap;
     double min_deadline;        /* earliest lease end, INFINITY if none */
-    uint64_t gen;               /* bumped when items may have become available */
-    pthread_cond_t cond;
-    int pins;                   /* readers about to wait on cond: keep it */
+    uint64_t epoch;             /* registry epoch clen was counted in */
     /* Where the next put goes: valid while tail_mods == registry mods,
      * i.e. no other change to the queue tree since (saves a seek). */
     bt_path tail;
@@ -64,6 +70,7 @@ typedef struct qq_registry {
     qq_queue *touched;
     uint64_t next_token;
     uint64_t mods;              /* bumped by every change to the queue tree */
+    uint64_t epoch;             /* bumped when other handles committed */
     size_t sweep_at;            /* entries that trigger dropping idle ones */
 } qq_registry;
 
@@ -79,7 +86,6 @@ static uint64_t hash_bytes(const uint8_t *p, size_t n)
 
 static void queue_free(qq_queue *q)
 {
-    pthread_cond_destroy(&q->cond);
     free(q->key);
     free(q->m);
     free(q);
@@ -102,10 +108,21 @@ void qq_free(qs_casket *c)
 
 void qq_wake_all(qs_casket *c)
 {
-    qq_registry *r = c->queues;
-    for (size_t i = 0; r && i < r->cap; i++)
-        for (qq_queue *q = r->tab[i]; q; q = q->hnext)
-            pthread_cond_broadcast(&q->cond);
+    if (c->shared)
+        sh_wake_all(&c->sh);
+}
+
+void qq_refresh(qs_casket *c)
+{
+    if (c->queues) {
+        c->queues->mods++;
+        c->queues->epoch++;
+    }
+}
+
+void qq_close(qs_casket *c)
+{
+    sh_res_drop_mine(&c->sh);
 }
 
 static int registry_grow(qq_registry *r)
@@ -131,7 +148,7 @@ static int registry_grow(qq_registry *r)
  * transaction. */
 static int idle(const qq_queue *q)
 {
-    return !q->pins && !q->nm && !q->touched && !q->clen && !q->dlen;
+    return !q->nm && !q->touched && !q->clen && !q->dlen;
 }
 
 /* Drops idle entries, so a handle that asks about many short-lived names
@@ -178,6 +195,14 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     if (r->cap)
         for (qq_queue *q = r->tab[h & (r->cap - 1)]; q; q = q->hnext)
             if (q->hash == h && q->klen == klen && memcmp(q->key, key, klen) == 0) {
+                /* Others committed since it was counted (never while our
+                 * transaction is open: we would hold the write lock). */
+                if (q->epoch != r->epoch && !q->touched) {
+                    int rc = committed_count(c, key, klen, &q->clen);
+                    if (rc)
+                        return rc;
+                    q->epoch = r->epoch;
+                }
                 *out = q;
                 return 0;
             }
@@ -196,17 +221,13 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     q->klen = klen;
     q->hash = h;
     q->min_deadline = INFINITY;
+    q->epoch = r->epoch;
     int rc = committed_count(c, key, klen, &q->clen);
     if (rc) {
         free(q->key);
         free(q);
         return rc;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->cond, &ca);
-    pthread_condattr_destroy(&ca);
     q->hnext = r->tab[h & (r->cap - 1)];
     r->tab[h & (r->cap - 1)] = q;
     r->n++;
@@ -214,14 +235,16 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     return 0;
 }
 
-static void expire(qq_queue *q);
+static void expire(qs_casket *c, qq_queue *q);
 
-/* lookup, then end the reservations whose lease ran out. */
+/* lookup, then end the reservations whose lease ran out (and, holding the
+ * write lock, the shared ones whose lease ran out or whose holder is
+ * gone). */
 static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **out)
 {
     int rc = lookup(c, key, klen, out);
     if (rc == 0)
-        expire(*out);
+        expire(c, *out);
     return rc;
 }
 
@@ -247,10 +270,10 @@ static void touch(qs_casket *c, qq_queue *q)
     }
 }
 
-static void wake(qq_queue *q)
+/* Items of q may have become available: wake its readers everywhere. */
+static void wake(qs_casket *c, qq_queue *q)
 {
-    q->gen++;
-    pthread_cond_broadcast(&q->cond);
+    sh_wake(&c->sh, q->hash);
 }
 
 /* ---- reservations ------------------------------------------------------------ */
@@ -306,8 +329,10 @@ static void recompute_deadline(qq_queue *q)
 
 /* Ends reservations whose lease ran out (not those acknowledged in the open
  * transaction: their item is already gone in the writer's view). */
-static void expire(qq_queue *q)
+static void expire(qs_casket *c, qq_queue *q)
 {
+    if (cs_owns(c) && sh_res_expire(&c->sh, q->hash, 0))
+        wake(c, q);
     if (q->min_deadline > cs_now())
         return;
     double now = cs_now();
@@ -317,9 +342,10 @@ static void expire(qq_queue *q)
             q->m[w++] = q->m[i];
     q->nm = w;
     recompute_deadline(q);
-    wake(q);
+    wake(c, q);
 }
 
+/* The open transaction's reservation of id under token, not yet acked. */
 static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
 {
     size_t i = mark_lower(q, id);
@@ -329,14 +355,57 @@ static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
     return 0;
 }
 
-/* Items available to get in a view.  The committed view does not count
- * reservations of items the open transaction added (their ids are at or
- * past the committed next_id); the writer's does not count items it
- * acknowledged (already gone from its view). */
+static int find_mark_any(const qq_queue *q, uint64_t id, size_t *at)
+{
+    size_t i = mark_lower(q, id);
+    if (i >= q->nm || q->m[i].id != id)
+        return QS_NOTFOUND;
+    *at = i;
+    return 0;
+}
+
+/* A committed reservation of id that this handle holds under token and
+ * has not acknowledged in the open transaction. */
+static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t token)
+{
+    const sh_res *e = sh_res_find(&c->sh, q->hash, id);
+    if (!e || !sh_res_mine(&c->sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
+        return QS_NOTRESERVED;
+    size_t i = mark_lower(q, id);
+    if (i < q->nm && q->m[i].id == id)
+        return QS_NOTRESERVED;  /* acknowledged already */
+    return 0;
+}
+
+/* Whether id is hidden from takers: reserved by anyone (committed), or by
+ * the open transaction. */
+static int hidden(qs_casket *c, const qq_queue *q, uint64_t id)
+{
+    if (q->nm) {
+        size_t i = mark_lower(q, id);
+        if (i < q->nm && q->m[i].id == id)
+            return 1;
+    }
+    return sh_res_find(&c->sh, q->hash, id) != NULL;
+}
+
+/* Items available to get in a view: the tree's items minus the committed
+ * reservations (all handles) and, in the writer's view, those the open
+ * transaction made; items it acknowledged are already gone from the
+ * writer's view while their shared entries remain until commit. */
 static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
 {
-    int64_t n = wview ? (int64_t)q->clen + q->dlen - (int64_t)(q->nm - q->nacked)
-                      : (int64_t)q->clen - (int64_t)mark_lower(q, c->pg.meta.next_id);
+    int64_t shared = (int64_t)sh_res_count(&c->sh, q->hash ? q->hash : 1, NULL);
+    int64_t n = (int64_t)q->clen - shared;
+    if (wview) {
+        int64_t made = 0, acked_shared = 0;
+        for (size_t i = 0; i < q->nm; i++) {
+            unsigned f = q->m[i].flags;
+            made += (f & M_NEW) && !(f & M_ACKED);
+            acked_shared += (f & M_ACKED) && !(f & M_NEW);
+        }
+        n += q->dlen + acked_shared - made;
+    }
     return n > 0 ? (uint64_t)n : 0;
 }
 
@@ -350,26 +419,24 @@ void qq_txn_end(qs_casket *c, int committed)
     for (qq_queue *q = r->touched, *nx; q; q = nx) {
         nx = q->tnext;
         int back = 0;
-        for (size_t i = q->nm; i-- > 0;) {
+        for (size_t i = 0; i < q->nm; i++) {
             qq_mark *m = &q->m[i];
-            if (committed) {
-                if (m->flags & M_ACKED)
-                    mark_remove(q, i);
-                else
-                    m->flags = 0;
-            } else if (m->flags & M_NEW) {
-                mark_remove(q, i);
+            if (committed && m->flags == M_NEW) {
+                /* room was checked when it was made (see take_fn) */
+                uint64_t dl = isinf(m->deadline) ? 0 : (uint64_t)(m->deadline * 1e9);
+                sh_res_add(&c->sh, m->id, q->hash, m->token, dl ? dl : 0);
+            } else if (committed && m->flags == M_ACKED)
+                sh_res_del(&c->sh, q->hash, m->id);
+            else if (!committed && (m->flags & M_NEW))
                 back = 1;
-            } else if (m->flags & M_ACKED) {
-                m->flags = 0;
-                q->nacked--;
-            }
         }
+        q->nm = 0;
+        q->nacked = 0;
         if (committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
         recompute_deadline(q);
         if ((committed && q->txn_put) || (!committed && (q->txn_took || back)))
-            wake(q);
+            wake(c, q);
         q->dlen = 0;
         q->touched = q->txn_put = q->txn_took = 0;
         q->tnext = NULL;
@@ -540,11 +607,12 @@ static int unref(bt_ctx *bt, uint64_t id)
 
 /* Positions path on the first item of q at or after id `from` that no
  * reservation hides; *id gets its id.  QS_NOTFOUND: none. */
-static int first_free(bt_ctx *bt, qq_queue *q, uint64_t from, bt_path *path, uint64_t *id)
+static int first_free(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t from, bt_path *path,
+                      uint64_t *id)
 {
     bt_key pk = {q->key, q->klen, from};
     int rc = bt_seek_ge(bt, &pk, path);
-    size_t mi = q->nm ? mark_lower(q, from) : 0;
+    int any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
     while (rc == 0) {
         int eq;
         if ((rc = bt_key_is(bt, path, q->key, q->klen, &eq)) != 0)
@@ -553,9 +621,7 @@ static int first_free(bt_ctx *bt, qq_queue *q, uint64_t from, bt_path *path, uin
             return QS_NOTFOUND;
         if ((rc = bt_read(bt, path, NULL, NULL, 0, id)) != 0)
             return rc;
-        while (mi < q->nm && q->m[mi].id < *id)
-            mi++;
-        if (mi == q->nm || q->m[mi].id != *id)
+        if (!any || !hidden(c, q, *id))
             return 0;
         rc = bt_next(bt, path);
     }
@@ -752,9 +818,8 @@ typedef struct take_args {
     double lease;
     outbuf out;
     uint64_t token;
-    int will_wait;          /* found empty: pin the queue for take_wait */
-    qq_queue *q;            /* for waiting: the queue ... */
-    uint64_t gen;           /* ... and its generation when found empty */
+    uint64_t hash;          /* of key: the queue's wake-up word */
+    uint32_t word;          /* the word before the take looked */
 } take_args;
 
 /* Removes the item record at path (and its share of a shared payload). */
@@ -773,13 +838,15 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     take_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
     qq_queue *q;
+    /* Read first: a commit after this point changes it, so a waiter
+     * cannot miss the items that commit brings. */
+    a->word = sh_wait_word(&c->sh, a->hash);
     int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc)
         return rc;
-    a->q = q;
     bt_path path;
     uint64_t id, from = 1;
-    int kept = 0;
+    int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
     while (a->out.n < a->max) {
         if (kept) {
             /* path is on the record after the one just taken */
@@ -791,16 +858,14 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             }
             if (rc == 0 && !eq)
                 rc = QS_NOTFOUND;
-            if (rc == 0 && (rc = bt_read(&bt, &path, NULL, NULL, 0, &id)) == 0 && q->nm) {
-                size_t mi = mark_lower(q, id);
-                if (mi < q->nm && q->m[mi].id == id) {
-                    kept = 0;
-                    from = id + 1;
-                    continue;
-                }
+            if (rc == 0 && (rc = bt_read(&bt, &path, NULL, NULL, 0, &id)) == 0 && any &&
+                hidden(c, q, id)) {
+                kept = 0;
+                from = id + 1;
+                continue;
             }
         } else
-            rc = first_free(&bt, q, from, &path, &id);
+            rc = first_free(c, &bt, q, from, &path, &id);
         if (rc)
             break;
         int shared;
@@ -812,9 +877,18 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             if (!a->token)
                 a->token = ++c->queues->next_token;
             double deadline = a->lease > 0 ? cs_now() + a->lease : INFINITY;
-            if ((rc = mark_add(q, id, a->token, deadline, cs_in_txn(c) ? M_NEW : 0)) != 0)
+            /* Shared at commit; the room for it is claimed now. */
+            size_t pending = 0;
+            for (size_t i = 0; i < q->nm; i++)
+                pending += q->m[i].flags == M_NEW;
+            if (!sh_res_room(&c->sh, pending + 1)) {
+                rc = QS_FULL;
+                break;
+            }
+            if ((rc = mark_add(q, id, a->token, deadline, M_NEW)) != 0)
                 break;
             kept = 0;
+            any = 1;
         } else {
             if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
                 break;
@@ -827,51 +901,36 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     if (rc == QS_NOTFOUND && a->out.n > 0)
         rc = 0;
-    if (rc == QS_NOTFOUND) {
-        a->gen = q->gen;
-        if (a->will_wait)
-            q->pins++;      /* take_wait unpins once it stops waiting */
-    }
     return rc;
 }
 
-/* Runs a take, waiting for items as the header describes. */
+/* Runs a take, waiting for items as the header describes: asleep on the
+ * queue's wake-up word in the shared region, which any process's commit
+ * of items (or release, abort, lease end) changes. */
 static int take_wait(qs_casket *c, take_args *a, double timeout)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : cs_now() + timeout;
-    a->will_wait = !nowait;
+    a->hash = hash_bytes(a->key, a->klen);
     for (;;) {
-        a->q = NULL;
         int rc = cs_write(c, take_fn, a);
-        if (rc != QS_NOTFOUND || nowait || !a->q)
+        if (rc != QS_NOTFOUND || nowait)
             return rc;
-        qq_queue *q = a->q;     /* pinned by take_fn */
-        pthread_mutex_lock(&c->mu);
-        int retry = 0;
-        while (!retry && q->gen == a->gen && !atomic_load(&c->closed)) {
-            double now = cs_now();
-            if (now >= deadline) {
-                q->pins--;
-                pthread_mutex_unlock(&c->mu);
-                return QS_NOTFOUND;
-            }
-            if (now >= q->min_deadline) {
-                retry = 1;      /* a lease ran out: the take expires it */
-                break;
-            }
-            double until = deadline < q->min_deadline ? deadline : q->min_deadline;
-            if (isinf(until))
-                pthread_cond_wait(&q->cond, &c->mu);
-            else {
-                struct timespec ts;
-                ts.tv_sec = (time_t)until;
-                ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
-                pthread_cond_timedwait(&q->cond, &c->mu, &ts);
-            }
+        double now = cs_now();
+        if (now >= deadline)
+            return QS_NOTFOUND;
+        double until = deadline;
+        uint64_t lease_ns = 0;
+        if (sh_res_count(&c->sh, a->hash, &lease_ns)) {
+            /* Items are reserved: wake when the first lease ends, and now
+             * and then to notice a holder that died. */
+            double lease_end = lease_ns ? (double)lease_ns * 1e-9 : INFINITY;
+            if (lease_end < until)
+                until = lease_end;
+            if (now + DEAD_CHECK < until)
+                until = now + DEAD_CHECK;
         }
-        q->pins--;
-        pthread_mutex_unlock(&c->mu);
+        sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now);
         if (atomic_load(&c->closed))
             return QS_CLOSED;
     }
@@ -932,6 +991,35 @@ static int do_reserve(qs_casket *c, const void *name, size_t nlen, double timeou
     return out_finish(&a.out, a.token, it, out);
 }
 
+typedef struct ack_args {
+    const uint8_t *key;
+    uint32_t klen;
+    uint64_t id, token;
+    uint64_t removed;
+} ack_args;
+
+static int expire_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    (void)ubt;
+    ack_args *a = arg;
+    qq_queue *q;
+    return lookup_live(c, a->key, a->klen, &q);
+}
+
+/* Before a look at a queue without taking (len, peek): when a lease of
+ * its items ended, or a holder may have died, returns those items -- if
+ * the write lock is free now (a reader never waits for a writer). */
+static void settle(qs_casket *c, const uint8_t *key, uint32_t klen)
+{
+    uint64_t lease_ns = 0;
+    if (c->readonly || !sh_res_count(&c->sh, hash_bytes(key, klen), &lease_ns))
+        return;
+    if ((lease_ns && lease_ns <= sh_now_ns()) || sh_res_sweep_due(&c->sh)) {
+        ack_args a = {key, klen, 0, 0, 0};
+        cs_write_try(c, expire_fn, &a);
+    }
+}
+
 static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
@@ -943,6 +1031,7 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
         rc = QS_INVAL;
     if (rc)
         return rc;
+    settle(c, key, (uint32_t)nlen + 1);
     bt_ctx bt;
     if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
         return rc;
@@ -951,7 +1040,7 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
     bt_path path;
     uint64_t id, from = 1;
     if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0) {
-        while (o.n < max && (rc = first_free(&bt, q, from, &path, &id)) == 0) {
+        while (o.n < max && (rc = first_free(c, &bt, q, from, &path, &id)) == 0) {
             int shared;
             if ((rc = out_begin(&o)) != 0 || (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
                 break;
@@ -974,13 +1063,6 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
 
 /* ---- ack, release, clear ------------------------------------------------- */
 
-typedef struct ack_args {
-    const uint8_t *key;
-    uint32_t klen;
-    uint64_t id, token;
-    uint64_t removed;
-} ack_args;
-
 static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     ack_args *a = arg;
@@ -988,8 +1070,16 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     qq_queue *q;
     size_t mi;
     int rc = lookup_live(c, a->key, a->klen, &q);
-    if (rc || (rc = find_mark(q, a->id, a->token, &mi)) != 0)
+    if (rc)
         return rc;
+    int made_here = find_mark(q, a->id, a->token, &mi) == 0;
+    if (!made_here) {
+        /* a committed reservation: its shared entry goes at commit */
+        if ((rc = find_shared(c, q, a->id, a->token)) != 0 ||
+            (rc = mark_add(q, a->id, a->token, INFINITY, M_ACKED)) != 0)
+            return rc;
+        q->nacked++;
+    }
     bt_path path;
     outbuf tag = {0};
     int shared, kept;
@@ -1000,10 +1090,15 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         rc = remove_item(&bt, &path, a->id, shared, &kept);
     }
     out_drop(&tag);
-    if (rc)
+    if (rc) {
+        if (!made_here && find_mark_any(q, a->id, &mi) == 0)
+            mark_remove(q, mi);
         return rc;
-    q->m[mi].flags |= M_ACKED;
-    q->nacked++;
+    }
+    if (made_here) {
+        q->m[mi].flags |= M_ACKED;
+        q->nacked++;
+    }
     q->dlen--;
     q->txn_took = 1;
     touch(c, q);
@@ -1020,25 +1115,37 @@ static int do_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
     return cs_write(c, ack_fn, &a);
 }
 
+/* Ends a reservation at once (also inside a transaction): one made by the
+ * open transaction, or a committed one.  Under the write lock, like every
+ * change to the shared reservations. */
+static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    (void)ubt;
+    ack_args *a = arg;
+    qq_queue *q;
+    size_t mi;
+    int rc = lookup_live(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    if (find_mark(q, a->id, a->token, &mi) == 0) {
+        mark_remove(q, mi);
+        recompute_deadline(q);
+    } else if ((rc = find_shared(c, q, a->id, a->token)) == 0)
+        sh_res_del(&c->sh, q->hash, a->id);
+    else
+        return rc;
+    wake(c, q);
+    return 0;
+}
+
 static int do_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    bt_ctx bt;
-    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
-        return rc;
-    qq_queue *q;
-    size_t mi;
-    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0 &&
-        (rc = find_mark(q, id, token, &mi)) == 0) {
-        mark_remove(q, mi);
-        recompute_deadline(q);
-        wake(q);
-    }
-    cs_read_leave(c, &bt);
-    return rc;
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0};
+    return cs_write(c, release_fn, &a);
 }
 
 static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
@@ -1053,7 +1160,7 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     a->removed = 0;
     bt_path path;
     outbuf tag = {0};
-    while ((rc = first_free(&bt, q, from, &path, &id)) == 0) {
+    while ((rc = first_free(c, &bt, q, from, &path, &id)) == 0) {
         int kept;
         tag.data.len = 0;
         if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)
@@ -1090,6 +1197,7 @@ static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remov
 
 /* ---- lengths and listing ------------------------------------------------- */
 
+
 static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
@@ -1099,6 +1207,7 @@ static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
+    settle(c, key, (uint32_t)nlen + 1);
     bt_ctx bt;
     if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
         return rc;

@@ -12,6 +12,13 @@ void qq_txn_end(qs_casket *c, int committed);
 /* The pages under the queue tree changed wholesale (compaction). */
 void qq_invalidate(qs_casket *c);
 
+/* Other handles committed: lengths counted before are stale. */
+void qq_refresh(qs_casket *c);
+
+/* The handle is closing (holding the write lock): its reservations return
+ * to their queues. */
+void qq_close(qs_casket *c);
+
 /* Wakes every blocked queue reader (the casket is closing). */
 void qq_wake_all(qs_casket *c);
 

@@ -2303,8 +2303,11 @@ static void shutdown_concurrent(void)
 
 /* Child: opens the casket for writing, reports on `ready`, holds it until
  * `release` reaches EOF (or hold_ms passes when >= 0), closes, exits. */
-static pid_t lock_holder(const char *path, int mode, long hold_ms,
-                         int *ready_fd, int *release_fd)
+/* A child process that opens path and holds the write lock inside a
+ * transaction that puts k=child: for hold_ms then commits (hold_ms >= 0),
+ * or until *release_fd is closed, then closes without committing.  It
+ * writes 'y' to *ready_fd once the transaction is open. */
+static pid_t txn_holder(const char *path, long hold_ms, int *ready_fd, int *release_fd)
 {
     int rp[2], lp[2];
     if (pipe(rp) != 0 || pipe(lp) != 0)
@@ -2315,14 +2318,17 @@ static pid_t lock_holder(const char *path, int mode, long hold_ms,
         close(rp[0]);
         close(lp[1]);
         int rc;
-        qs_casket *c = open_mode(path, mode, &rc);
-        char ok = c ? 'y' : 'n';
+        qs_casket *c = open_mode(path, QS_OPEN_WRITE, &rc);
+        int ok_txn = c && qs_begin(c) == 0 && put_str(c, "k", "child") == 0;
+        char ok = ok_txn ? 'y' : 'n';
         if (write(rp[1], &ok, 1) != 1)
             _exit(3);
-        if (!c)
+        if (!ok_txn)
             _exit(2);
         if (hold_ms >= 0) {
             msleep(hold_ms);
+            if (qs_commit(c) != 0)
+                _exit(4);
         } else {
             char b;
             while (read(lp[0], &b, 1) > 0)
@@ -2338,6 +2344,9 @@ static pid_t lock_holder(const char *path, int mode, long hold_ms,
     return pid;
 }
 
+/* Several processes open one casket read-write; the write lock is held for
+ * a transaction, readers never wait for it, and a holder that dies lets
+ * go. */
 static void lock_other_process(void)
 {
     tc_tmp t;
@@ -2348,8 +2357,8 @@ static void lock_other_process(void)
     CHECK_RC(put_str(c, "k", "v"), 0);
     CHECK_RC(qs_close(c), 0);
 
-    int ready, release;
-    pid_t pid = lock_holder(t.path, QS_OPEN_WRITE, -1, &ready, &release);
+    int ready, release, status = 0;
+    pid_t pid = txn_holder(t.path, -1, &ready, &release);
     REQUIRE(pid > 0);
     char ok = 0;
     CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
@@ -2358,111 +2367,117 @@ static void lock_other_process(void)
     qs_options_init(&o);
     o.mode = QS_OPEN_WRITE;
     o.lock_timeout = 0.2;
+    c = NULL;
+    CHECK_RC(qs_open(t.path, &o, &c), 0);   /* opening never waits for a writer */
+    REQUIRE(c != NULL);
+    /* a reader sees the last commit, not the other process's transaction */
     double t0 = tc_now();
-    c = (qs_casket *)0x1;
-    rc = qs_open(t.path, &o, &c);
-    double dt = tc_now() - t0;
-    printf("  lock_timeout 0.2: rc %d after %.3fs\n", rc, dt);
-    CHECK_RC(rc, QS_LOCKED);
-    CHECK(c == NULL);
-    CHECK(dt >= 0.15 && dt < 1.5);
-    if (rc == 0 && c)
-        qs_close(c);
-
-    o.lock_timeout = 0;
+    CHECK(get_is(c, "k", "v"));
+    CHECK(tc_now() - t0 < 0.1);
     t0 = tc_now();
-    c = (qs_casket *)0x1;
-    rc = qs_open(t.path, &o, &c);
-    dt = tc_now() - t0;
+    rc = put_str(c, "k2", "x");
+    double dt = tc_now() - t0;
+    printf("  lock_timeout 0.2: put rc %d after %.3fs\n", rc, dt);
     CHECK_RC(rc, QS_LOCKED);
-    CHECK(dt < 0.15);
-    if (rc == 0 && c)
-        qs_close(c);
+    CHECK(dt >= 0.15 && dt < 1.5);
+    qs_set_sync(c, 1);
+    CHECK_RC(qs_begin(c), QS_LOCKED);
+    CHECK(!qs_in_transaction(c));
+    qs_close(c);
+    o.lock_timeout = 0;
+    c = NULL;
+    CHECK_RC(qs_open(t.path, &o, &c), 0);
+    t0 = tc_now();
+    if (c)
+        CHECK_RC(put_str(c, "k2", "x"), QS_LOCKED);
+    CHECK(tc_now() - t0 < 0.15);
+    /* starting empty needs the file to ourselves */
+    qs_casket *d = NULL;
+    o.mode = QS_OPEN_NEW;
+    CHECK_RC(qs_open(t.path, &o, &d), QS_LOCKED);
+    CHECK(d == NULL);
+    o.mode = QS_OPEN_WRITE;
 
-    /* release: the child closes and exits, then the open works */
+    /* the holder closes without committing: its transaction is gone */
     close(release);
-    int status = 0;
     waitpid(pid, &status, 0);
     close(ready);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    o.lock_timeout = 5;
-    c = NULL;
-    CHECK_RC(qs_open(t.path, &o, &c), 0);
     if (c) {
+        CHECK_RC(put_str(c, "k2", "x"), 0);
         CHECK(get_is(c, "k", "v"));
-        /* a second write handle in the same process is refused too: two
-         * handles writing one file would destroy it */
-        qs_options o2 = o;
-        o2.lock_timeout = 0;
-        qs_casket *d = NULL;
-        CHECK_RC(qs_open(t.path, &o2, &d), QS_LOCKED);
-        if (d)
-            qs_close(d);
         qs_close(c);
     }
 
     /* a holder killed with SIGKILL releases the lock */
-    pid = lock_holder(t.path, QS_OPEN_WRITE, -1, &ready, &release);
+    pid = txn_holder(t.path, -1, &ready, &release);
     REQUIRE(pid > 0);
     CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    o.lock_timeout = 1;
+    c = NULL;
+    CHECK_RC(qs_open(t.path, &o, &c), 0);
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
     close(ready);
     close(release);
-    o.lock_timeout = 1;
-    c = NULL;
-    CHECK_RC(qs_open(t.path, &o, &c), 0);
     if (c) {
+        CHECK_RC(put_str(c, "k3", "y"), 0);
         CHECK(get_is(c, "k", "v"));
         CHECK_RC(check_ok(c), 0);
         qs_close(c);
     }
 
-    /* waiting for a holder that lets go after 300 ms succeeds */
-    pid = lock_holder(t.path, QS_OPEN_WRITE, 300, &ready, &release);
-    REQUIRE(pid > 0);
-    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    /* a writer waits for a holder that commits after 300 ms, then sees
+     * its commit */
     o.lock_timeout = 5;
-    t0 = tc_now();
-    c = NULL;
-    rc = qs_open(t.path, &o, &c);
-    dt = tc_now() - t0;
-    printf("  waited %.3fs for a holder of 0.3s\n", dt);
-    CHECK_RC(rc, 0);
-    CHECK(dt > 0.1 && dt < 4);
-    if (c)
-        qs_close(c);
-    waitpid(pid, &status, 0);
-    close(ready);
-    close(release);
-
-    /* readers share: a read-only holder lets another read-only open in
-     * but keeps a writer out */
-    pid = lock_holder(t.path, QS_OPEN_READ, -1, &ready, &release);
-    REQUIRE(pid > 0);
-    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
-    o.mode = QS_OPEN_READ;
-    o.lock_timeout = 0;
     c = NULL;
     CHECK_RC(qs_open(t.path, &o, &c), 0);
+    pid = txn_holder(t.path, 300, &ready, &release);
+    REQUIRE(pid > 0);
+    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    t0 = tc_now();
     if (c) {
-        CHECK(get_is(c, "k", "v"));
-        qs_close(c);
+        CHECK_RC(put_str(c, "k4", "z"), 0);
+        dt = tc_now() - t0;
+        printf("  waited %.3fs for a holder of 0.3s\n", dt);
+        CHECK(dt > 0.1 && dt < 4);
+        CHECK(get_is(c, "k", "child"));
+        CHECK(get_is(c, "k4", "z"));
     }
-    o.mode = QS_OPEN_WRITE;
-    c = NULL;
-    CHECK_RC(qs_open(t.path, &o, &c), QS_LOCKED);
-    if (c)
-        qs_close(c);
-    close(release);
     waitpid(pid, &status, 0);
     close(ready);
+    close(release);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    /* two handles in one process write in turn and see each other */
+    d = NULL;
+    CHECK_RC(qs_open(t.path, &o, &d), 0);
+    if (c && d) {
+        CHECK_RC(put_str(d, "k5", "d"), 0);
+        CHECK(get_is(c, "k5", "d"));
+        CHECK_RC(put_str(c, "k5", "c"), 0);
+        CHECK(get_is(d, "k5", "c"));
+        CHECK_RC(qs_begin(d), 0);
+        CHECK_RC(put_str(d, "k6", "t"), 0);
+        o.lock_timeout = 0;
+        qs_casket *e = NULL;
+        CHECK_RC(qs_open(t.path, &o, &e), 0);
+        if (e) {
+            CHECK(get_is(e, "k5", "c"));
+            CHECK_RC(put_str(e, "k7", "blocked"), QS_LOCKED);
+            qs_close(e);
+        }
+        CHECK_RC(qs_commit(d), 0);
+        CHECK(get_is(c, "k6", "t"));
+    }
+    if (d)
+        qs_close(d);
+    if (c) {
+        CHECK_RC(check_ok(c), 0);
+        qs_close(c);
+    }
     tc_tmp_remove(&t);
 }
-
-/* ------------------------------------------------------------------ */
-/* space reuse                                                         */
 
 static void space_reuse(void)
 {

@@ -116,7 +116,9 @@ static uint64_t fresh_salt(uint64_t old)
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t mix[4] = {old, (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid()};
     uint64_t s = ck_sum64(mix, sizeof mix, 0x5a17);
-    return s == old ? s + 1 : s;
+    if (s == old)
+        s++;
+    return s ? s : 1;   /* 0 means "no log" to the shared region */
 }
 
 int wal_reset(wal *w, uint64_t base_txn)
@@ -214,12 +216,19 @@ static int frame_decode(const uint8_t *buf, size_t avail, uint8_t *page, uint32_
 
 int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
 {
-    memset(rec, 0, sizeof *rec);
-    rec->end = PG_SIZE;
     struct stat st;
     if (fstat(w->fd, &st) != 0)
         return errno;
-    uint64_t size = (uint64_t)st.st_size;
+    int rc = wal_scan(w, idx, PG_SIZE, (uint64_t)st.st_size, w->base_txn, rec, NULL, NULL);
+    w->alloc = (uint64_t)st.st_size;
+    return rc;
+}
+
+int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn,
+             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno), void *ctx)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->end = from;
     uint8_t *buf = malloc(SCAN_BUF), *page = malloc(PG_SIZE);
     if (!buf || !page) {
         free(buf);
@@ -227,10 +236,10 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
         return QS_NOMEM;
     }
     pending pend = {0};
-    uint64_t last_txn = w->base_txn, cur_txn = 0;
+    uint64_t cur_txn = 0;
     uint64_t bstart = 0, blen = 0;      /* buf holds file bytes [bstart, bstart + blen) */
     int rc = 0;
-    for (uint64_t off = PG_SIZE; off + FRAME_HDR <= size;) {
+    for (uint64_t off = from; off + FRAME_HDR <= size;) {
         if (off + FRAME_MAX > bstart + blen && bstart + blen < size) {
             blen = size - off < SCAN_BUF ? size - off : SCAN_BUF;
             bstart = off;
@@ -252,9 +261,12 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
         if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
             if (rd32(page + TR_NFRAMES) != pend.n)
                 break;
-            for (size_t j = 0; j < pend.n && rc == 0; j++)
+            for (size_t j = 0; j < pend.n && rc == 0; j++) {
                 if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0)
                     rc = QS_NOMEM;
+                else if (on_page)
+                    on_page(ctx, pend.pgno[j]);
+            }
             if (rc)
                 break;
             meta_load(page + TR_META, &rec->meta);
@@ -269,7 +281,6 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
     free(pend.off);
     free(buf);
     free(page);
-    w->alloc = size;
     return rc;
 }
 

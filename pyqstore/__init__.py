@@ -25,6 +25,7 @@ from .errors import (
     FileExists,
     FileNotFound,
     FullError,
+    ForkedError,
     InvalidArgumentError,
     IOError,  # noqa: F401 - public, but kept out of __all__
     KeyExistsError,
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidArgumentError",
     "NoMemoryError",
     "FullError",
+    "ForkedError",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",

@@ -306,6 +306,11 @@ class Casket:
         state = "closed" if self.closed else "open"
         return f"<pyqstore.Casket {self.path!r} {state}>"
 
+    def __reduce__(self) -> Any:
+        raise TypeError("a Casket cannot be pickled or sent to another process; pass its "
+                        "path and open it there with pyqstore.open() (several processes "
+                        "may have one casket open at once)")
+
     # ----------------------------------------------------------------- writes
 
     def put(self, key: BytesLike, value: BytesLike) -> None:

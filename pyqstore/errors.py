@@ -94,6 +94,11 @@ class FullError(Error):
     """The casket would exceed 2**32 pages."""
 
 
+class ForkedError(Error):
+    """A casket handle was used in a child process that inherited it
+    through ``fork()``; open the casket again (by path) in the child."""
+
+
 class NotReservedError(Error):
     """An ack or release of an item that is not reserved under that
     reservation: already acknowledged or released, or its lease ran out
@@ -142,6 +147,7 @@ def _codes() -> dict[str, int]:
         "QS_CLOSED": lib.QS_CLOSED,
         "QS_FULL": lib.QS_FULL,
         "QS_NOTRESERVED": lib.QS_NOTRESERVED,
+        "QS_FORKED": lib.QS_FORKED,
     }
 
 
@@ -162,6 +168,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_CLOSED": (ClosedError, None),
     "QS_FULL": (FullError, None),
     "QS_NOTRESERVED": (NotReservedError, None),
+    "QS_FORKED": (ForkedError, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.

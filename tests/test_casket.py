@@ -201,15 +201,19 @@ def test_check_detects_flipped_bytes(path):
     assert str(ei.value)
 
 
-def test_locked_by_other_process(path):
+def test_write_lock_held_by_other_process(path):
+    """Another process in a transaction: opening works, reading sees the
+    last commit at once, writing waits lock_timeout and raises."""
     with pyqstore.open(path) as c:
         c.put(b"a", b"1")
     code = textwrap.dedent(
         f"""
         import sys, pyqstore
         c = pyqstore.open({path!r}, "w")
-        print("ready", flush=True)
-        sys.stdin.read()
+        with c.transaction():
+            c.put(b"a", b"child")
+            print("ready", flush=True)
+            sys.stdin.read()
         c.close()
         """
     )
@@ -220,13 +224,19 @@ def test_locked_by_other_process(path):
     )
     try:
         assert child.stdout.readline() == b"ready\n"
-        with pytest.raises(LockedError):
-            pyqstore.open(path, "w", lock_timeout=0)
+        with pyqstore.open(path, "w", lock_timeout=0) as c:
+            assert c[b"a"] == b"1"
+            with pytest.raises(LockedError):
+                c.put(b"b", b"2")
+            with pytest.raises(LockedError):
+                with c.transaction():
+                    pass
     finally:
         child.stdin.close()
         assert child.wait(timeout=60) == 0
     with pyqstore.open(path, "w", lock_timeout=0) as c:
-        assert c[b"a"] == b"1"
+        assert c[b"a"] == b"child"
+        c.put(b"b", b"2")
 
 
 # ------------------------------------------------------------ records / types

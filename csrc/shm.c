@@ -1,0 +1,724 @@
+/* shm.c -- the region processes share beside a casket (see shm.h). */
+#include "shm.h"
+#include "qstore.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SH_MAGIC "qstshm\0\x01"
+#define SH_VERSION 1
+#define BYTE_ATTACH 0
+#define BYTE_WRITE 1
+#define BYTE_SLOT 16
+
+struct sh_header {
+    char magic[8];
+    uint32_t version, nslots, nbuckets, res_cap, q_cap, pad;
+    uint64_t size;
+    uint64_t check;                 /* of the fields above */
+    _Atomic uint32_t cseq;          /* seqlock over the commit fields */
+    _Atomic uint32_t rseq;          /* seqlock over the reservation tables */
+    _Atomic uint64_t salt, log_end, commits;
+    _Atomic uint64_t next_txn;
+    _Atomic uint32_t wseq;          /* bumped at each write-lock release */
+    _Atomic uint32_t wwaiters;
+    _Atomic uint32_t wholder;       /* slot + 1 of the write-lock holder */
+    _Atomic uint32_t ckpt;          /* slot + 1 of a checkpointer, 0 none */
+    _Atomic uint32_t ckpt_waiters;
+    uint32_t nres;                  /* reservation entries in use */
+    _Atomic uint32_t bucket[SH_BUCKETS];
+    _Atomic uint32_t bwaiters[SH_BUCKETS];
+};
+
+#define OFF_SLOTS 4096
+#define OFF_RES 8192
+#define OFF_QTAB (OFF_RES + SH_RES_CAP * sizeof(sh_res))
+#define SH_SIZE_RAW (OFF_QTAB + SH_QCAP * sizeof(sh_qent))
+#define SH_SIZE ((SH_SIZE_RAW + 4095) / 4096 * 4096)
+
+_Static_assert(sizeof(struct sh_header) <= OFF_SLOTS, "header fits its page");
+_Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_RES, "slots fit");
+
+uint64_t sh_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void nap_ns(long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- futexes on the shared mapping (not FUTEX_PRIVATE: other processes) ---- */
+
+static void fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
+{
+    struct timespec ts, *tp = NULL;
+    if (timeout >= 0) {
+        if (timeout > 1e6)
+            timeout = 1e6;
+        ts.tv_sec = (time_t)timeout;
+        ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+        tp = &ts;
+    }
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0);
+}
+
+static void fwake(_Atomic uint32_t *w, int n)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/* ---- OFD byte locks ---------------------------------------------------------- */
+
+static int byte_lock(int fd, off_t at, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+    while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EACCES ? QS_LOCKED : errno;
+    }
+    return 0;
+}
+
+/* Whether some other open file description holds a lock on byte at. */
+static int byte_held(int fd, off_t at)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return 1;   /* cannot tell: assume alive, never reap a live handle */
+    return fl.l_type != F_UNLCK;
+}
+
+static int slot_alive(const sh_region *r, uint32_t i)
+{
+    return i == r->slot || byte_held(r->fd, BYTE_SLOT + (off_t)i);
+}
+
+/* ---- open and close ---------------------------------------------------------- */
+
+static uint64_t header_check(const struct sh_header *h)
+{
+    uint64_t x = 1469598103934665603ull;
+    const uint8_t *p = (const uint8_t *)h;
+    for (size_t i = 0; i < offsetof(struct sh_header, check); i++)
+        x = (x ^ p[i]) * 1099511628211ull;
+    return x;
+}
+
+static void layout(sh_region *r)
+{
+    r->hdr = (sh_header *)(void *)r->base;
+    r->slots = (sh_slot *)(void *)(r->base + OFF_SLOTS);
+    r->res = (sh_res *)(void *)(r->base + OFF_RES);
+    r->qtab = (sh_qent *)(void *)(r->base + OFF_QTAB);
+}
+
+static int valid(const sh_region *r)
+{
+    const struct sh_header *h = r->hdr;
+    return memcmp(h->magic, SH_MAGIC, 8) == 0 && h->version == SH_VERSION &&
+           h->nslots == SH_SLOTS && h->nbuckets == SH_BUCKETS && h->res_cap == SH_RES_CAP &&
+           h->q_cap == SH_QCAP && h->size == SH_SIZE && h->check == header_check(h);
+}
+
+/* Byte 0: exclusive if nobody else is attached, else shared (waiting while
+ * an opener that is alone initializes the region). */
+static int attach(sh_region *r, double timeout, int *alone)
+{
+    uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
+    long nap = 100000;
+    for (;;) {
+        int rc = byte_lock(r->fd, BYTE_ATTACH, F_WRLCK);
+        if (rc == 0) {
+            *alone = 1;
+            return 0;
+        }
+        if (rc != QS_LOCKED)
+            return rc;
+        if ((rc = byte_lock(r->fd, BYTE_ATTACH, F_RDLCK)) == 0) {
+            /* The others may have left meanwhile: then we are alone after
+             * all (a failed upgrade keeps the shared lock). */
+            *alone = byte_lock(r->fd, BYTE_ATTACH, F_WRLCK) == 0;
+            return 0;
+        }
+        if (rc != QS_LOCKED)
+            return rc;
+        if (sh_now_ns() >= deadline)
+            return QS_LOCKED;
+        nap_ns(nap);
+        if (nap < 10000000)
+            nap *= 2;
+    }
+}
+
+int sh_open(sh_region *r, const char *path, double timeout, int *alone)
+{
+    memset(r, 0, sizeof *r);
+    r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (r->fd < 0)
+        return errno;
+    int rc = attach(r, timeout, alone);
+    if (rc)
+        goto fail;
+    struct stat st;
+    if (fstat(r->fd, &st) != 0) {
+        rc = errno;
+        goto fail;
+    }
+    if (*alone) {
+        /* Whatever the file held belonged to handles that are all gone. */
+        if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, SH_SIZE) != 0) {
+            rc = errno;
+            goto fail;
+        }
+    } else if ((uint64_t)st.st_size != SH_SIZE) {
+        rc = QS_CORRUPT;
+        goto fail;
+    }
+    void *m = mmap(NULL, SH_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (m == MAP_FAILED) {
+        rc = errno;
+        goto fail;
+    }
+    r->base = m;
+    r->size = SH_SIZE;
+    layout(r);
+    r->exclusive = *alone;
+    if (!*alone && !valid(r)) {
+        rc = QS_CORRUPT;
+        goto fail;
+    }
+    rc = QS_LOCKED;
+    for (uint32_t i = 0; i < SH_SLOTS; i++) {
+        int lrc = byte_lock(r->fd, BYTE_SLOT + (off_t)i, F_WRLCK);
+        if (lrc == QS_LOCKED)
+            continue;
+        if (lrc) {
+            rc = lrc;
+            break;
+        }
+        sh_slot *s = &r->slots[i];
+        r->slot = i;
+        r->gen = atomic_fetch_add(&s->gen, 1) + 1;
+        atomic_store(&s->in_op, 0);
+        atomic_store(&s->pid, (uint32_t)getpid());
+        atomic_store(&s->used, 1);
+        rc = 0;
+        break;
+    }
+    if (rc)
+        goto fail;
+    return 0;
+fail:
+    if (r->base)
+        munmap(r->base, r->size);
+    close(r->fd);   /* drops every OFD lock taken through it */
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    return rc;
+}
+
+void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn)
+{
+    struct sh_header *h = r->hdr;
+    memcpy(h->magic, SH_MAGIC, 8);
+    h->version = SH_VERSION;
+    h->nslots = SH_SLOTS;
+    h->nbuckets = SH_BUCKETS;
+    h->res_cap = SH_RES_CAP;
+    h->q_cap = SH_QCAP;
+    h->size = SH_SIZE;
+    h->check = header_check(h);
+    atomic_store(&h->salt, cm->salt);
+    atomic_store(&h->log_end, cm->log_end);
+    atomic_store(&h->commits, cm->seq);
+    atomic_store(&h->next_txn, next_txn);
+}
+
+int sh_share(sh_region *r)
+{
+    int rc = byte_lock(r->fd, BYTE_ATTACH, F_RDLCK);
+    if (rc == 0)
+        r->exclusive = 0;
+    return rc;
+}
+
+int sh_exclusive(sh_region *r)
+{
+    if (r->exclusive)
+        return 0;
+    int rc = byte_lock(r->fd, BYTE_ATTACH, F_WRLCK);
+    if (rc == 0)
+        r->exclusive = 1;
+    return rc;
+}
+
+void sh_close(sh_region *r)
+{
+    if (!r->base)
+        return;
+    sh_slot *s = &r->slots[r->slot];
+    atomic_store(&s->in_op, 0);
+    atomic_store(&s->used, 0);
+    munmap(r->base, r->size);
+    close(r->fd);
+    r->base = NULL;
+    r->fd = -1;
+}
+
+void sh_forget(sh_region *r)
+{
+    if (!r->base)
+        return;
+    munmap(r->base, r->size);
+    /* The parent shares this open file description: closing our
+     * descriptor does not release its locks. */
+    close(r->fd);
+    r->base = NULL;
+    r->fd = -1;
+}
+
+/* ---- the newest commit -------------------------------------------------------- */
+
+void sh_read_commit(const sh_region *r, sh_commit *cm)
+{
+    struct sh_header *h = r->hdr;
+    for (unsigned spins = 0;; spins++) {
+        uint32_t s1 = atomic_load(&h->cseq);
+        if (!(s1 & 1)) {
+            cm->salt = atomic_load(&h->salt);
+            cm->log_end = atomic_load(&h->log_end);
+            cm->seq = atomic_load(&h->commits);
+            if (atomic_load(&h->cseq) == s1)
+                return;
+        } else if (spins > 1000000) {
+            /* The publisher died halfway (the next writer repairs it);
+             * a mismatched pair fails the log scan cleanly. */
+            cm->salt = atomic_load(&h->salt);
+            cm->log_end = atomic_load(&h->log_end);
+            cm->seq = atomic_load(&h->commits);
+            return;
+        }
+        if (spins > 100)
+            sched_yield();
+    }
+}
+
+uint64_t sh_commit_seq(const sh_region *r)
+{
+    return atomic_load_explicit(&r->hdr->commits, memory_order_acquire);
+}
+
+void sh_publish(sh_region *r, uint64_t salt, uint64_t log_end)
+{
+    struct sh_header *h = r->hdr;
+    atomic_fetch_add(&h->cseq, 1);
+    atomic_store(&h->salt, salt);
+    atomic_store(&h->log_end, log_end);
+    atomic_fetch_add(&h->commits, 1);
+    atomic_fetch_add(&h->cseq, 1);
+}
+
+/* ---- the write lock ------------------------------------------------------------ */
+
+int sh_wlock(sh_region *r, double timeout, int *holder_died)
+{
+    struct sh_header *h = r->hdr;
+    uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
+    *holder_died = 0;
+    for (;;) {
+        uint32_t seq = atomic_load(&h->wseq);
+        int rc = byte_lock(r->fd, BYTE_WRITE, F_WRLCK);
+        if (rc == 0) {
+            uint32_t prev = atomic_exchange(&h->wholder, r->slot + 1);
+            *holder_died = prev != 0;
+            if (atomic_load(&h->cseq) & 1)
+                atomic_fetch_add(&h->cseq, 1);  /* a publisher died halfway */
+            return 0;
+        }
+        if (rc != QS_LOCKED)
+            return rc;
+        uint64_t now = sh_now_ns();
+        if (now >= deadline)
+            return QS_LOCKED;
+        /* Woken by the release; the cap covers a holder that died, whose
+         * lock the kernel dropped without anyone bumping the word. */
+        double left = (double)(deadline - now) * 1e-9;
+        atomic_fetch_add(&h->wwaiters, 1);
+        fwait(&h->wseq, seq, left < 0.02 ? left : 0.02);
+        atomic_fetch_sub(&h->wwaiters, 1);
+    }
+}
+
+void sh_wunlock(sh_region *r)
+{
+    struct sh_header *h = r->hdr;
+    atomic_store(&h->wholder, 0);
+    byte_lock(r->fd, BYTE_WRITE, F_UNLCK);
+    atomic_fetch_add(&h->wseq, 1);
+    if (atomic_load(&h->wwaiters))
+        fwake(&h->wseq, 1);
+}
+
+uint64_t sh_take_txn(sh_region *r, uint64_t floor)
+{
+    uint64_t n = atomic_load(&r->hdr->next_txn);
+    if (n < floor)
+        n = floor;
+    atomic_store(&r->hdr->next_txn, n + 1);
+    return n;
+}
+
+/* ---- the checkpoint guard ----------------------------------------------------- */
+
+void sh_op_enter(sh_region *r)
+{
+    struct sh_header *h = r->hdr;
+    sh_slot *s = &r->slots[r->slot];
+    uint64_t since = 0;
+    for (;;) {
+        atomic_store(&s->in_op, 1);
+        uint32_t ck = atomic_load(&h->ckpt);
+        if (ck == 0 || ck == r->slot + 1)
+            return;
+        atomic_store(&s->in_op, 0);
+        fwake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
+        uint64_t now = sh_now_ns();
+        if (!since)
+            since = now;
+        else if (now - since > 500000000ull && ck - 1 < SH_SLOTS && !slot_alive(r, ck - 1)) {
+            /* its checkpointer died: the write lock is free, and the next
+             * writer would redo the checkpoint anyway */
+            atomic_compare_exchange_strong(&h->ckpt, &ck, 0);
+            continue;
+        }
+        atomic_fetch_add(&h->ckpt_waiters, 1);
+        fwait(&h->ckpt, ck, 0.005);
+        atomic_fetch_sub(&h->ckpt_waiters, 1);
+    }
+}
+
+void sh_op_leave(sh_region *r)
+{
+    sh_slot *s = &r->slots[r->slot];
+    atomic_store(&s->in_op, 0);
+    if (atomic_load(&r->hdr->ckpt))
+        fwake(&s->in_op, 1);
+}
+
+int sh_ckpt_begin(sh_region *r, double max_wait)
+{
+    struct sh_header *h = r->hdr;
+    atomic_store(&h->ckpt, r->slot + 1);
+    uint64_t deadline = sh_now_ns() + (uint64_t)(max_wait * 1e9);
+    for (uint32_t i = 0; i < SH_SLOTS; i++) {
+        if (i == r->slot)
+            continue;
+        sh_slot *s = &r->slots[i];
+        for (int tries = 0; atomic_load(&s->in_op); tries++) {
+            if (tries > 0 && !slot_alive(r, i)) {
+                atomic_store(&s->in_op, 0);
+                break;
+            }
+            if (sh_now_ns() >= deadline) {
+                sh_ckpt_end(r);
+                return QS_LOCKED;
+            }
+            fwait(&s->in_op, 1, 0.001);
+        }
+    }
+    return 0;
+}
+
+void sh_ckpt_end(sh_region *r)
+{
+    struct sh_header *h = r->hdr;
+    atomic_store(&h->ckpt, 0);
+    if (atomic_load(&h->ckpt_waiters))
+        fwake(&h->ckpt, INT_MAX);
+}
+
+/* ---- wake-ups ---------------------------------------------------------------- */
+
+uint32_t sh_wait_word(const sh_region *r, uint64_t qhash)
+{
+    return atomic_load(&r->hdr->bucket[qhash % SH_BUCKETS]);
+}
+
+void sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
+{
+    size_t b = qhash % SH_BUCKETS;
+    atomic_fetch_add(&r->hdr->bwaiters[b], 1);
+    fwait(&r->hdr->bucket[b], word, timeout);
+    atomic_fetch_sub(&r->hdr->bwaiters[b], 1);
+}
+
+void sh_wake(sh_region *r, uint64_t qhash)
+{
+    size_t b = qhash % SH_BUCKETS;
+    atomic_fetch_add(&r->hdr->bucket[b], 1);
+    if (atomic_load(&r->hdr->bwaiters[b]))
+        fwake(&r->hdr->bucket[b], INT_MAX);
+}
+
+void sh_wake_all(sh_region *r)
+{
+    for (size_t b = 0; b < SH_BUCKETS; b++) {
+        atomic_fetch_add(&r->hdr->bucket[b], 1);
+        if (atomic_load(&r->hdr->bwaiters[b]))
+            fwake(&r->hdr->bucket[b], INT_MAX);
+    }
+}
+
+/* ---- reservations ---------------------------------------------------------------
+ * Two open-addressing tables with linear probing and backward-shift
+ * deletion: items by id, queues by hash.  Only the write-lock holder
+ * changes them, inside the rseq seqlock, so readers without the lock
+ * (lengths) retry instead of seeing a half-moved entry. */
+
+/* An item is (queue, id): a published payload has one id in several queues. */
+static size_t res_home2(uint64_t id, uint64_t qh)
+{
+    return (size_t)(((id ^ (qh * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull) >> 48) &
+           (SH_RES_CAP - 1);
+}
+static uint64_t qkey(uint64_t qhash) { return qhash ? qhash : 1; }
+static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull) >> 52) & (SH_QCAP - 1); }
+
+const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id)
+{
+    uint64_t k = qkey(qhash);
+    size_t i = res_home2(id, k);
+    for (size_t n = 0; n < SH_RES_CAP; n++, i = (i + 1) & (SH_RES_CAP - 1)) {
+        if (r->res[i].id == id && r->res[i].qhash == k)
+            return &r->res[i];
+        if (r->res[i].id == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static sh_qent *q_find(const sh_region *r, uint64_t qhash)
+{
+    uint64_t k = qkey(qhash);
+    size_t i = q_home(k);
+    for (size_t n = 0; n < SH_QCAP; n++, i = (i + 1) & (SH_QCAP - 1)) {
+        if (r->qtab[i].qhash == k)
+            return &r->qtab[i];
+        if (r->qtab[i].qhash == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+int sh_res_room(const sh_region *r, uint64_t n)
+{
+    return r->hdr->nres + n <= SH_RES_CAP / 4 * 3;
+}
+
+#define NRES(r) (r)->hdr->nres
+
+static void seq_open(sh_region *r) { atomic_fetch_add(&r->hdr->rseq, 1); }
+static void seq_close(sh_region *r) { atomic_fetch_add(&r->hdr->rseq, 1); }
+
+int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
+{
+    if (!sh_res_room(r, 1) || id == 0)
+        return QS_FULL;
+    uint64_t k = qkey(qhash);
+    sh_qent *q = q_find(r, k);
+    seq_open(r);
+    if (!q) {
+        size_t i = q_home(k), n;
+        for (n = 0; n < SH_QCAP && r->qtab[i].qhash; n++)
+            i = (i + 1) & (SH_QCAP - 1);
+        if (n == SH_QCAP) {
+            seq_close(r);
+            return QS_FULL;
+        }
+        q = &r->qtab[i];
+        *q = (sh_qent){k, 0, 0};
+    }
+    size_t i = res_home2(id, k);
+    while (r->res[i].id && !(r->res[i].id == id && r->res[i].qhash == k))
+        i = (i + 1) & (SH_RES_CAP - 1);
+    if (r->res[i].id == 0) {
+        q->count++;
+        NRES(r)++;
+    }
+    r->res[i] = (sh_res){id, k, token, deadline_ns, r->slot, r->gen};
+    if (deadline_ns && (!q->min_deadline_ns || deadline_ns < q->min_deadline_ns))
+        q->min_deadline_ns = deadline_ns;
+    seq_close(r);
+    return 0;
+}
+
+/* Backward-shift deletion of slot i of a linear-probing table. */
+#define SHIFT_DELETE(tab, cap, i, keyfield, home)                                  \
+    do {                                                                           \
+        size_t hole_ = (i), j_ = (i);                                              \
+        for (;;) {                                                                 \
+            j_ = (j_ + 1) & ((cap) - 1);                                           \
+            if (tab[j_].keyfield == 0)                                             \
+                break;                                                             \
+            size_t h_ = home(tab[j_]);                                             \
+            if (((j_ - h_) & ((cap) - 1)) >= ((j_ - hole_) & ((cap) - 1))) {       \
+                tab[hole_] = tab[j_];                                              \
+                hole_ = j_;                                                        \
+            }                                                                      \
+        }                                                                          \
+        memset(&tab[hole_], 0, sizeof tab[hole_]);                                 \
+    } while (0)
+
+#define QENT_HOME(e) q_home((e).qhash)
+#define RES_HOME(e) res_home2((e).id, (e).qhash)
+
+static void q_drop_one(sh_region *r, uint64_t k)
+{
+    sh_qent *q = q_find(r, k);
+    if (!q)
+        return;
+    if (q->count > 1) {
+        q->count--;
+        return;
+    }
+    size_t i = (size_t)(q - r->qtab);
+    SHIFT_DELETE(r->qtab, SH_QCAP, i, qhash, QENT_HOME);
+}
+
+static void res_delete_at(sh_region *r, size_t i)
+{
+    uint64_t k = r->res[i].qhash;
+    SHIFT_DELETE(r->res, SH_RES_CAP, i, id, RES_HOME);
+    q_drop_one(r, k);
+    NRES(r)--;
+}
+
+void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id)
+{
+    const sh_res *e = sh_res_find(r, qhash, id);
+    if (!e)
+        return;
+    seq_open(r);
+    res_delete_at(r, (size_t)(e - r->res));
+    seq_close(r);
+}
+
+uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
+{
+    struct sh_header *h = r->hdr;
+    for (unsigned spins = 0;; spins++) {
+        uint32_t s1 = atomic_load(&h->rseq);
+        uint64_t n = 0, md = 0;
+        if (!(s1 & 1) || spins > 100000) {
+            const sh_qent *q = q_find(r, qhash);
+            if (q) {
+                n = q->count;
+                md = q->min_deadline_ns;
+            }
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load(&h->rseq) == s1 || spins > 100000) {
+                if (min_deadline_ns)
+                    *min_deadline_ns = md;
+                return n;
+            }
+        }
+        if (spins > 100)
+            sched_yield();
+    }
+}
+
+#define SWEEP_NS 100000000ull
+
+int sh_res_sweep_due(const sh_region *r)
+{
+    return sh_now_ns() - atomic_load(&r->last_sweep_ns) > SWEEP_NS;
+}
+
+int sh_res_mine(const sh_region *r, const sh_res *e)
+{
+    return e->slot == r->slot && e->gen == r->gen;
+}
+
+/* Whether entry e's holder is gone: its slot was taken again (another
+ * generation) or nobody holds the slot's lock. */
+static int holder_gone(const sh_region *r, const sh_res *e, uint8_t *dead)
+{
+    if (e->slot >= SH_SLOTS)
+        return 1;
+    if (sh_res_mine(r, e))
+        return 0;
+    if (atomic_load(&r->slots[e->slot].gen) != e->gen)
+        return 1;
+    if (dead[e->slot] == 0)
+        dead[e->slot] = slot_alive(r, e->slot) ? 1 : 2;
+    return dead[e->slot] == 2;
+}
+
+uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force)
+{
+    uint64_t k = qkey(qhash), md = 0;
+    uint64_t n = sh_res_count(r, k, &md);
+    if (!n)
+        return 0;
+    uint64_t now = sh_now_ns();
+    int leases = md && md <= now;
+    int sweep = force || now - atomic_load(&r->last_sweep_ns) > SWEEP_NS;
+    if (!leases && !sweep)
+        return 0;
+    if (sweep)
+        atomic_store(&r->last_sweep_ns, now);
+    uint8_t dead[SH_SLOTS] = {0};
+    uint64_t dropped = 0, new_md = 0;
+    seq_open(r);
+    for (size_t i = 0; i < SH_RES_CAP;) {
+        sh_res *e = &r->res[i];
+        if (e->id == 0 || e->qhash != k) {
+            i++;
+            continue;
+        }
+        if ((e->deadline_ns && e->deadline_ns <= now) || (sweep && holder_gone(r, e, dead))) {
+            res_delete_at(r, i);  /* a later entry may move into i */
+            dropped++;
+            continue;
+        }
+        if (e->deadline_ns && (!new_md || e->deadline_ns < new_md))
+            new_md = e->deadline_ns;
+        i++;
+    }
+    sh_qent *q = q_find(r, k);
+    if (q)
+        q->min_deadline_ns = new_md;
+    seq_close(r);
+    return dropped;
+}
+
+void sh_res_drop_mine(sh_region *r)
+{
+    seq_open(r);
+    for (size_t i = 0; i < SH_RES_CAP;) {
+        sh_res *e = &r->res[i];
+        if (e->id && sh_res_mine(r, e)) {
+            uint64_t k = e->qhash;
+            res_delete_at(r, i);
+            sh_wake(r, k);
+            continue;
+        }
+        i++;
+    }
+    seq_close(r);
+}

@@ -1,0 +1,181 @@
+/* shm.h -- the region processes share beside a casket, NAME-shm (sh_
+ * prefix): who is attached, the cross-process write lock, the checkpoint
+ * guard, the newest commit, wake-up words for blocked queue readers, and
+ * the reservations of queue items.
+ *
+ * The file is mapped MAP_SHARED by every handle on the casket.  Locks are
+ * open-file-description (OFD) record locks on bytes of it, so the kernel
+ * drops them when a process dies, however it dies:
+ *   byte 0       "attached": held shared by every handle; the opener that
+ *                gets it exclusively is alone and (re)builds the region, so
+ *                a stale or damaged region never outlives its last user
+ *   byte 1       the write lock, held exclusively for one transaction
+ *   byte 16+i    slot i, held exclusively by the handle using it (a slot
+ *                whose byte is free belongs to a dead or closed handle)
+ * Everything read from the region is bounds-checked: a damaged region can
+ * make operations fail, never read or write outside the mapping.
+ *
+ * Not thread-safe by itself: casket.c calls the op guard under its
+ * operation mutex and the write-lock and reservation calls while holding
+ * its in-process write lock. */
+#ifndef QS_SHM_H
+#define QS_SHM_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SH_SLOTS 128            /* handles attached at once */
+#define SH_BUCKETS 256          /* wake-up words, by hash of queue name */
+#define SH_RES_CAP 65536        /* reservation entries (power of two) */
+#define SH_QCAP 4096            /* queues holding reservations (power of two) */
+
+typedef struct sh_slot {
+    _Atomic uint32_t in_op;     /* 1 while the handle runs an operation */
+    _Atomic uint32_t gen;       /* bumped each time the slot is taken */
+    _Atomic uint32_t used;
+    _Atomic uint32_t pid;
+} sh_slot;
+
+/* One reserved queue item.  id 0 marks an empty entry (ids start at 1). */
+typedef struct sh_res {
+    uint64_t id;
+    uint64_t qhash;             /* hash of the queue key */
+    uint64_t token;
+    uint64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: no lease */
+    uint32_t slot, gen;         /* the handle that holds it */
+} sh_res;
+
+/* Reservations per queue, for exact lengths without a scan. */
+typedef struct sh_qent {
+    uint64_t qhash;             /* 0: empty */
+    uint64_t count;
+    uint64_t min_deadline_ns;   /* earliest lease end of its entries, 0 none */
+} sh_qent;
+
+typedef struct sh_header sh_header;
+
+typedef struct sh_region {
+    int fd;
+    uint8_t *base;
+    size_t size;
+    sh_header *hdr;
+    sh_slot *slots;
+    sh_res *res;
+    sh_qent *qtab;
+    uint32_t slot;              /* ours */
+    uint32_t gen;               /* our slot's generation */
+    int exclusive;              /* we hold byte 0 exclusively */
+    _Atomic uint64_t last_sweep_ns; /* when we last looked for dead holders */
+} sh_region;
+
+/* The newest commit as published by its writer. */
+typedef struct sh_commit {
+    uint64_t salt;              /* log generation */
+    uint64_t log_end;           /* offset after its commit frame */
+    uint64_t seq;               /* commits and checkpoints published so far */
+} sh_commit;
+
+/* Opens (creating, mode 0644) the region file at path and attaches: takes
+ * byte 0 exclusively if nobody else has it (then *alone is 1 and the
+ * region is blank: the caller recovers the casket and calls sh_init), or
+ * shared, waiting up to timeout seconds while an opener that is alone
+ * initializes it (then *alone is 0 and the region has been validated), and
+ * claims a slot.  Returns 0, QS_LOCKED (timeout, or every slot in use),
+ * QS_CORRUPT (a region in use by live processes that fails validation),
+ * QS_NOMEM or errno; on failure nothing stays open or mapped. */
+int sh_open(sh_region *r, const char *path, double timeout, int *alone);
+
+/* Fills a blank region (after sh_open said alone) with the casket's
+ * current commit and next transaction number. */
+void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn);
+
+/* Lets other openers in: converts byte 0 from exclusive to shared
+ * (atomically).  Returns 0 or errno. */
+int sh_share(sh_region *r);
+
+/* Tries to become the only handle (byte 0 exclusive, without waiting):
+ * 0, QS_LOCKED when other handles are attached, or errno. */
+int sh_exclusive(sh_region *r);
+
+/* Releases the slot and every lock and unmaps.  After fork in the child,
+ * call sh_forget instead: it unmaps and closes without touching the
+ * locks, which the child shares with its parent. */
+void sh_close(sh_region *r);
+void sh_forget(sh_region *r);
+
+/* ---- the newest commit ------------------------------------------------------ */
+
+void sh_read_commit(const sh_region *r, sh_commit *cm);
+/* Publishes a commit (holding the write lock). */
+void sh_publish(sh_region *r, uint64_t salt, uint64_t log_end);
+/* The change counter alone: a cheap "did anything change" test. */
+uint64_t sh_commit_seq(const sh_region *r);
+
+/* ---- the write lock ------------------------------------------------------------ */
+
+/* Takes the cross-process write lock, waiting up to timeout seconds (woken
+ * when the holder releases it).  *holder_died: the previous holder did not
+ * release it (it died holding it).  Returns 0, QS_LOCKED or errno. */
+int sh_wlock(sh_region *r, double timeout, int *holder_died);
+void sh_wunlock(sh_region *r);
+
+/* Transaction numbers are drawn from one counter for all handles, so a
+ * writer that died mid-transaction never shares a number with the next
+ * one.  Holding the write lock: returns a number >= floor, and the counter
+ * moves past it. */
+uint64_t sh_take_txn(sh_region *r, uint64_t floor);
+
+/* ---- the checkpoint guard --------------------------------------------------------
+ * A checkpoint overwrites pages of the main file that other handles may be
+ * reading.  Each operation runs between sh_op_enter and sh_op_leave; a
+ * checkpointer (holding the write lock) waits until no other handle is in
+ * an operation and keeps new ones out until sh_ckpt_end. */
+void sh_op_enter(sh_region *r);
+void sh_op_leave(sh_region *r);
+/* 0: no other handle is inside an operation now, nor will be until
+ * sh_ckpt_end.  QS_LOCKED: some handle stayed inside one for longer than
+ * max_wait seconds (the checkpoint is to be skipped; sh_ckpt_end is then
+ * already done). */
+int sh_ckpt_begin(sh_region *r, double max_wait);
+void sh_ckpt_end(sh_region *r);
+
+/* ---- wake-ups ---------------------------------------------------------------- */
+
+/* A waiter reads the word of its queue's bucket before looking for items,
+ * then sleeps until it changes (or until timeout seconds, < 0: no limit).
+ * sh_wake changes it and wakes the sleepers, in every process. */
+uint32_t sh_wait_word(const sh_region *r, uint64_t qhash);
+void sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
+void sh_wake(sh_region *r, uint64_t qhash);
+/* Wakes every sleeper (closing). */
+void sh_wake_all(sh_region *r);
+
+/* ---- reservations (all changes holding the write lock) -------------------------- */
+
+/* The entry of item id of queue qhash, or NULL.  (An id alone is not
+ * enough: a published payload has the same id in each of its queues.) */
+const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id);
+/* Adds one; QS_FULL when the table is full (nothing changed). */
+int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
+               uint64_t deadline_ns);
+/* Removes the entry of item id of queue qhash if there is one. */
+void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id);
+/* Room for n more entries. */
+int sh_res_room(const sh_region *r, uint64_t n);
+/* Reservations of a queue, read consistently without the write lock. */
+uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns);
+/* Drops the queue's entries whose lease ended and those of handles that are
+ * gone (checked at most every 100 ms unless force); returns how many. */
+uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force);
+/* Drops every entry held by our slot (closing); calls back with each
+ * queue hash that lost one, so its readers can be woken. */
+void sh_res_drop_mine(sh_region *r);
+/* Whether sh_res_expire would look for dead holders now. */
+int sh_res_sweep_due(const sh_region *r);
+
+/* Whether the entry belongs to this handle. */
+int sh_res_mine(const sh_region *r, const sh_res *e);
+
+uint64_t sh_now_ns(void);
+
+#endif
