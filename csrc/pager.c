@@ -233,20 +233,16 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
     }
     if ((rc = main_size_pages(p, &p->main_pages)) != 0)
         goto fail;
-    if (!page0_bad && (p->meta.npages == 0 || p->main_pages < p->meta.npages)) {
+    if (!page0_bad && !attach && (p->meta.npages == 0 || p->main_pages < p->meta.npages)) {
         rc = QS_CORRUPT;  /* truncated: pages the header promises are gone */
         goto fail;
     }
 
     if (attach) {
         /* Other handles have the casket open: the log is theirs as much as
-         * ours.  The first pg_refresh reads it (salt 0 matches no log). */
-        if (page0_bad) {
-            rc = QS_CORRUPT;
-            goto fail;
-        }
-        p->log.salt = 0;
-        p->next_txn = p->meta.txn + 1;
+         * ours, and page 0 may be in the middle of a checkpoint's rewrite.
+         * The first pg_refresh reads both, inside the checkpoint guard. */
+        p->reload = 1;
         free(page);
         return 0;
     }
@@ -896,8 +892,8 @@ static void forget_cached(void *ctx, uint32_t pgno)
 int pg_refresh(pager *p, uint64_t salt, uint64_t end)
 {
     int rc;
-    if (salt != p->log.salt) {
-        /* Another handle checkpointed: the main file holds all the old log
+    if (salt != p->log.salt || p->reload) {
+        /* Another handle checkpointed (or this one just attached): the main file holds all the old log
          * held, and the log started a new generation. */
         pg_meta m;
         uint8_t *page = malloc(PG_SIZE);
@@ -928,6 +924,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         p->log.base_txn = w.base_txn > m.txn ? w.base_txn : m.txn;
         p->meta = m;
         p->log_end = PG_SIZE;
+        p->reload = 0;
         if ((rc = main_size_pages(p, &p->main_pages)) != 0)
             return rc;
     }

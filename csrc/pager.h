@@ -63,6 +63,8 @@ typedef struct pager {
     uint64_t commits, checkpoints, spilled;
     uint64_t epoch;             /* bumped by pg_trim: page pointers handed
                                    out before it may be stale */
+    int reload;                 /* the next pg_refresh rereads page 0 and the
+                                   log whatever the salt */
 } pager;
 
 /* Opens the pager over an open main file fd and log fd (log_fd -1: no log,
