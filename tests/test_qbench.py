@@ -186,27 +186,77 @@ def test_tune_command(tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_drain_command_counts_right_everywhere(tmp_path):
+def _expected_top10(n: int) -> list[tuple[str, int]]:
     from collections import Counter
 
     from pyqstore.qbench.experiments import _HIT, make_log_lines
 
+    want = Counter(m.group(1).decode() for line in make_log_lines(n)
+                   if (m := _HIT.search(line)))
+    return sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+
+
+def test_drain_command_counts_right_everywhere(tmp_path):
     code, data, out = run(["drain", "--lines", "3000", "--consumers", "1,3", "--blocks",
                            "7,500"], tmp_path)
     assert code == 0, out
-    assert len(data["cells"]) == 3 * 2 * 2
+    assert len(data["cells"]) == 3 * 2 * 2 and data["processes"] is False
     assert data["all_top10_identical"] is True
     assert all(c["top_matches"] and c["lines_per_s"] > 0 for c in data["cells"])
-    want = Counter(m.group(1).decode() for line in make_log_lines(3000)
-                   if (m := _HIT.search(line)))
-    expect = sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
-    assert [tuple(x) for x in data["top10"]] == expect
+    assert [tuple(x) for x in data["top10"]] == _expected_top10(3000)
 
 
-def test_drain_with_processes_says_why_not(tmp_path):
-    res = CliRunner().invoke(main, ["drain", "--lines", "10", "--processes"])
+def test_drain_with_consumer_processes(tmp_path):
+    # every strategy with two consumer processes on one casket, each opened
+    # by path; locked keeps its counter in the casket, agent adds a process
+    code, data, out = run(["drain", "--processes", "--lines", "3000", "--consumers", "2",
+                           "--blocks", "7,500"], tmp_path)
+    assert code == 0, out
+    assert data["processes"] is True and "consumers as processes" in out
+    assert {(c["strategy"], c["block"]) for c in data["cells"]} == {
+        (s, b) for s in ("mapreduce", "locked", "agent") for b in (7, 500)}
+    assert all(c["top_matches"] and c["lines_per_s"] > 0 for c in data["cells"])
+    assert data["all_top10_identical"] is True and data["baseline"]["lines_per_s"] > 0
+    assert [tuple(x) for x in data["top10"]] == _expected_top10(3000)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("qstore-bench-")]
+
+
+def test_tune_with_writer_processes(tmp_path):
+    code, data, out = run(["tune", "--processes", "--batches", "1,4,16", "--writers", "1,2,3",
+                           "--duration", "0.05", "--no-sync"], tmp_path)
+    assert code == 0, out
+    assert data["processes"] is True and "processes" in out
+    assert {(c["writers"], c["batch"]) for c in data["cells"]} == {
+        (w, b) for w in (1, 2, 3) for b in (1, 4, 16)}
+    assert all(c["items_per_s"] > 0 for c in data["cells"])
+    assert data["models"]["quadratic"]["df"] == 9 - 5
+
+
+@pytest.mark.parametrize("name", ["redis", "memcached", "tokyocabinet", "persist-queue"])
+def test_tune_with_processes_refuses_what_cannot_share(tmp_path, name):
+    res = CliRunner().invoke(main, ["tune", "-b", name, "--processes", "--dir", str(tmp_path)])
     assert res.exit_code == 1
-    assert "processes" in res.output and "Traceback" not in res.output
+    assert "cannot have writers as processes" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_failing_child_is_reported_not_waited_for(tmp_path):
+    import time
+
+    from pyqstore.qbench import experiments as ex
+
+    good = str(tmp_path / "good")
+    os.mkdir(good)
+    bk.by_name(["pyqstore"])[0].open(good, False).close()
+    t0 = time.monotonic()
+    with pytest.raises(ex.ProcessFailed) as e:
+        # the second writer's casket does not exist: the first must not wait
+        # for it at the start line, and the error named is the real one
+        ex._in_processes(ex._tune_child, [("pyqstore", good, False, 1, b"x", 0.1),
+                                          ("pyqstore", str(tmp_path / "none"), False, 1,
+                                           b"x", 0.1)], timeout=30)
+    assert "process 1 of 2" in str(e.value) and "BrokenBarrier" not in str(e.value)
+    assert time.monotonic() - t0 < 20
 
 
 def test_codecs_command(tmp_path):

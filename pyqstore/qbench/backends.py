@@ -24,6 +24,8 @@ from . import servers
 
 _be64 = struct.Struct(">Q").pack
 QUEUE_KEY = b"QUEUE"
+# seconds a handle of one of several processes waits for another's write lock
+ATTACH_LOCK_TIMEOUT = 60.0
 
 
 class Unsupported(Exception):
@@ -114,6 +116,16 @@ class Backend:
         """A new, empty store in directory (which the caller removes)."""
         raise NotImplementedError
 
+    # Why several processes cannot each open the store by path and write to
+    # it at once; None when they can (see attach).
+    no_processes: Optional[str] = "no way to open one store from several processes here"
+
+    def attach(self, directory: str, sync: bool) -> Store:
+        """Another handle, opened by path in the calling process, on the
+        store that open() made in directory, while other processes have
+        theirs (qstore-bench's --processes)."""
+        raise Unsupported(f"{self.name} in several processes: {self.no_processes}")
+
     def session(self, sync: bool) -> "Session":
         """Resources shared by the stores of one experiment (a server)."""
         return Session()
@@ -178,6 +190,7 @@ class Pyqstore(Backend):
     name = "pyqstore"
     kinds = frozenset({"casket", "queue", "kv"})
     module = "pyqstore"
+    no_processes = None
 
     def version(self) -> str:
         import pyqstore
@@ -186,6 +199,11 @@ class Pyqstore(Backend):
     def open(self, directory: str, sync: bool) -> Store:
         import pyqstore
         return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+
+    def attach(self, directory: str, sync: bool) -> Store:
+        import pyqstore
+        return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "w", sync=sync,
+                                       lock_timeout=ATTACH_LOCK_TIMEOUT))
 
 
 class _NativeStore(_PyqStore):
@@ -362,6 +380,8 @@ class TokyoCabinet(Backend):
     name = "tokyocabinet"
     kinds = frozenset({"casket", "queue", "kv"})
     hint = "apt-get install libtokyocabinet9"
+    no_processes = ("a writer's handle truncates the file and locks it for as long as it is "
+                    "open, so processes would write one after another")
 
     def unavailable(self) -> Optional[str]:
         try:
@@ -478,9 +498,15 @@ class Lmdb(Backend):
     dup_order = False        # dupsort keeps a key's values sorted
     module = "lmdb"
     hint = "pip install lmdb"
+    no_processes = None
 
     def open(self, directory: str, sync: bool) -> Store:
         return _LmdbStore(os.path.join(directory, "lmdb"), sync)
+
+    def attach(self, directory: str, sync: bool) -> Store:
+        s = _LmdbStore(os.path.join(directory, "lmdb"), sync)
+        s.next_id = os.getpid() << 32   # queue keys of different processes never collide
+        return s
 
 
 # ------------------------------------------------------------------- sqlite3
@@ -554,6 +580,7 @@ class Sqlite3(Backend):
     name = "sqlite3"
     kinds = frozenset({"casket", "queue", "kv"})
     module = "sqlite3"
+    no_processes = None
 
     def version(self) -> str:
         import sqlite3
@@ -561,6 +588,9 @@ class Sqlite3(Backend):
 
     def open(self, directory: str, sync: bool) -> Store:
         return _SqliteStore(os.path.join(directory, "bench.sqlite"), sync)
+
+    def attach(self, directory: str, sync: bool) -> Store:
+        return self.open(directory, sync)
 
 
 # --------------------------------------------------------------------- redis
@@ -630,6 +660,7 @@ class Redis(Backend):
     kinds = frozenset({"casket", "queue", "kv"})
     module = "redis"
     hint = "apt-get install redis-server && pip install redis"
+    no_processes = "a server: its writers are client connections, run them as threads"
 
     def unavailable(self) -> Optional[str]:
         import shutil
@@ -760,6 +791,8 @@ class BerkeleyDB(Backend):
     kinds = frozenset({"casket", "queue", "kv"})
     module = "berkeleydb"
     hint = "apt-get install libdb-dev && pip install berkeleydb"
+    no_processes = ("every handle opens the environment with DB_RECOVER, which must not run "
+                    "while another process uses it")
 
     def version(self) -> str:
         from berkeleydb import db
@@ -812,6 +845,7 @@ class Memcached(Backend):
     kinds = frozenset({"kv"})
     module = "pymemcache"
     hint = "apt-get install memcached && pip install pymemcache"
+    no_processes = Redis.no_processes
     max_key, max_value = 250, 1000 * 1000
 
     def unavailable(self) -> Optional[str]:
@@ -901,9 +935,13 @@ class Diskcache(Backend):
     kinds = frozenset({"queue", "kv"})
     module = "diskcache"
     hint = "pip install diskcache"
+    no_processes = None
 
     def open(self, directory: str, sync: bool) -> Store:
         return _DiskcacheStore(os.path.join(directory, "diskcache"))
+
+    def attach(self, directory: str, sync: bool) -> Store:
+        return self.open(directory, sync)
 
 
 # --------------------------------------------------------------- persist-queue
@@ -957,6 +995,7 @@ class PersistQueue(Backend):
     kinds = frozenset({"queue"})
     module = "persistqueue"
     hint = "pip install persist-queue"
+    no_processes = "its queues are documented as safe between threads, not processes"
 
     def open(self, directory: str, sync: bool) -> Store:
         return _PersistQueueStore(os.path.join(directory, "pq"), sync)

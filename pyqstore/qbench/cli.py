@@ -281,7 +281,10 @@ def _int_list(text: str) -> list[int]:
               help="seconds per cell (the seed ran each for five minutes)")
 @click.option("--sync/--no-sync", default=True, show_default=True)
 @click.option("--processes", is_flag=True,
-              help="writers are processes, not threads (each opens its own handle)")
+              help="writers are processes (spawned), not threads, each opening the store "
+                   "by path; for the stores several processes can write at once: "
+                   + ", ".join(b.name for b in bk.BACKENDS
+                               if not b.no_processes and "queue" in b.kinds))
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="heat map of the measurements with the fitted contours")
 @click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
@@ -299,13 +302,14 @@ def tune(backend_name: str, batches: str, writers: str, duration: float, sync: b
     \b
     Example:
       qstore-bench tune --batches 1,10,100,1000 --writers 1,2,4,8 --duration 2
+      qstore-bench tune --processes --writers 1,2,4 --no-sync
     """
     b_list, w_list = _int_list(batches), _int_list(writers)
     backend = bk.by_name([backend_name])[0]
     bar = _Bar(len(b_list) * len(w_list), "tune")
     try:
         result = ex.tune(backend, b_list, w_list, duration, sync, processes, base, bar)
-    except bk.Unsupported as e:
+    except (bk.Unsupported, ex.ProcessFailed) as e:
         raise click.ClickException(str(e)) from None
     finally:
         bar.close()
@@ -404,7 +408,10 @@ def _heatmaps(panels: list[tuple[str, list[list[float]]]], xs: list[int], ys: li
 @click.option("--strategies", default="mapreduce,locked,agent", show_default=True,
               help="map/reduce (private counts merged at the end), locked (one shared "
                    "counter under a lock), agent (hits sent to one aggregator through a queue)")
-@click.option("--processes", is_flag=True, help="consumers as processes (not yet possible)")
+@click.option("--processes", is_flag=True,
+              help="consumers (and the agent's aggregator) are processes (spawned), not "
+                   "threads, each opening the casket by path; locked then keeps the shared "
+                   "counter in the casket, a transaction per hit")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="heat maps (one per strategy) into this PNG")
 @click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
@@ -421,6 +428,7 @@ def drain(lines: int, consumers: str, blocks: str, strategies: str, processes: b
     \b
     Example:
       qstore-bench drain --lines 100000 --consumers 1,2,4 --blocks 10,100,1000
+      qstore-bench drain --processes --lines 20000
     """
     cs = sorted({int(x) for x in consumers.split(",")})
     bs = sorted({int(x) for x in blocks.split(",")})
@@ -432,13 +440,14 @@ def drain(lines: int, consumers: str, blocks: str, strategies: str, processes: b
     bar = _Bar(len(cs) * len(bs) * len(ss) + 1, "drain")
     try:
         result = ex.drain(lines, cs, bs, ss, processes, base, bar)
-    except bk.Unsupported as e:
+    except (bk.Unsupported, ex.ProcessFailed) as e:
         raise click.ClickException(str(e)) from None
     finally:
         bar.close()
     m = result["machine"]
     click.echo(f"# {m['cpu']}, {m['cores']} cores, Python {m['python']}")
-    click.echo(f"{lines} lines; single consumer, block {result['baseline']['block']}: "
+    click.echo(f"{lines} lines, consumers as {'processes' if processes else 'threads'}; "
+               f"single consumer, block {result['baseline']['block']}: "
                f"{result['baseline']['lines_per_s']:,.0f} lines/s")
     panels = []
     for s in ss:

@@ -7,11 +7,21 @@ and saves it).
   perf         seed 001 KeyValuePerformance: x threads, n requests of l
                bytes, a write phase then a read phase, and the harness's own
                overhead measured with the null backend
+  tune         seed 002: batch size x concurrent writers (threads or
+               processes), the seed's regression models and optima
+  drain        seed 004: parallel consumers (threads or processes) empty a
+               queue of log lines and count the most fetched articles
+
+With processes, every child is started by the "spawn" method and opens the
+store by path (a Casket is never sent to another process); results come
+back through a multiprocessing queue, and every wait has a timeout.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
+import queue as _queue
 import random
 import shutil
 import statistics
@@ -333,6 +343,94 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
             "backends": report, "results": results}
 
 
+# ----------------------------------------------------------------- processes
+
+SPAWN_TIMEOUT = 60.0   # seconds for a cell's processes to start and open their handles
+
+
+class ProcessFailed(RuntimeError):
+    """A child process of a measurement failed, died or did not answer."""
+
+
+def _child_main(index: int, fn: Callable[..., tuple[Any, float]], args: tuple,
+                barrier: Any, results: Any) -> None:
+    """A spawned child: fn(*args, start) opens its handle, calls start()
+    (every child waits there for the others, so the timed parts begin
+    together), works and returns (result, end time); the child sends
+    (index, error or None, (start time, end time, result)) to results.
+    Times are time.monotonic(), one clock for every process here."""
+    began = [0.0]
+
+    def start() -> None:
+        barrier.wait(SPAWN_TIMEOUT)
+        began[0] = time.monotonic()
+
+    try:
+        out, end = fn(*args, start)
+        results.put((index, None, (began[0], end, out)))
+    except BaseException as e:
+        barrier.abort()     # the others stop waiting for this one
+        results.put((index, f"{type(e).__name__}: {e}", None))
+
+
+def _in_processes(fn: Callable[..., tuple[Any, float]], arglists: list[tuple],
+                  timeout: float) -> list[tuple[float, float, Any]]:
+    """Runs fn(*args, start) in one spawned process per args (see
+    _child_main); returns their (start, end, result) in order, or raises
+    ProcessFailed as soon as one fails or dies, or when all have not
+    answered within timeout seconds.  No child outlives the call."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(arglists))
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_child_main, args=(i, fn, args, barrier, results), daemon=True)
+             for i, args in enumerate(arglists)]
+    deadline = time.monotonic() + timeout
+    got: dict[int, tuple[float, float, Any]] = {}
+    errors: dict[int, str] = {}
+
+    def failed() -> list[int]:
+        """The children that failed on their own, not those another's
+        failure let down at the start line."""
+        return [i for i, e in errors.items() if not e.startswith("BrokenBarrierError")]
+
+    try:
+        for p in procs:
+            p.start()
+        dead_seen: set[int] = set()
+        while len(got) + len(errors) < len(procs) and not failed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProcessFailed(f"{len(procs) - len(got) - len(errors)} of {len(procs)} "
+                                    f"processes did not answer within {timeout:.0f} s")
+            try:
+                i, err, out = results.get(timeout=min(0.5, left))
+            except _queue.Empty:
+                # a child that exited without answering (a crash) is noticed
+                # on the second look, once what it sent has surely arrived
+                dead = {i for i, p in enumerate(procs)
+                        if p.exitcode is not None and i not in got and i not in errors}
+                for i in dead & dead_seen:
+                    errors[i] = f"exited with code {procs[i].exitcode} without a result"
+                dead_seen = dead
+                continue
+            if err is None:
+                got[i] = out
+            else:
+                errors[i] = err
+        if errors:
+            i = min(failed() or errors)
+            raise ProcessFailed(f"process {i} of {len(procs)}: {errors[i]}")
+        return [got[i] for i in range(len(procs))]
+    finally:
+        for i, p in enumerate(procs):
+            if p.pid is not None and (i in got or i in errors):
+                p.join(5)       # it has answered: it is exiting
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        results.close()
+
+
 # ---------------------------------------------------------------------- tune
 
 def _writer_loop(store: bk.Store, batch: int, payload: bytes, deadline: float) -> int:
@@ -345,16 +443,14 @@ def _writer_loop(store: bk.Store, batch: int, payload: bytes, deadline: float) -
     return done
 
 
-def _process_writer(args: tuple) -> int:
-    name, directory, sync, batch, payload, start, duration = args
-    b = bk.by_name([name])[0]
-    store = b.open(directory, sync) if name not in ("redis", "memcached") else None
-    if store is None:
-        raise bk.Unsupported("server backends in --processes mode")
+def _tune_child(name: str, directory: str, sync: bool, batch: int, payload: bytes,
+                duration: float, start: Callable[[], None]) -> tuple[int, float]:
+    """A writer process: its own handle by path, then _writer_loop."""
+    store = bk.by_name([name])[0].attach(directory, sync)
     try:
-        while time.time() < start:
-            time.sleep(0.001)
-        return _writer_loop(store, batch, payload, time.perf_counter() + duration)
+        start()
+        done = _writer_loop(store, batch, payload, time.perf_counter() + duration)
+        return done, time.monotonic()
     finally:
         store.close()
 
@@ -362,21 +458,19 @@ def _process_writer(args: tuple) -> int:
 def tune_cell(backend: bk.Backend, batch: int, writers: int, duration: float, sync: bool,
               processes: bool, wd: Workdir, session: bk.Session) -> float:
     """Items per second committed by `writers` concurrent writers doing
-    transactions of `batch` queue puts for `duration` seconds."""
+    transactions of `batch` queue puts for `duration` seconds.  With
+    processes, each writer is a spawned process with its own handle opened
+    by path (Backend.attach); the clock starts once all have opened."""
     payload = b"x" * 36
     d = wd.fresh()
     try:
         if processes:
-            import multiprocessing as mp
-
-            first = bk.open_store(backend, d, sync, session)
-            first.close()    # creates the file; each process opens its own handle
-            start = time.time() + 0.5
-            ctx = mp.get_context("spawn")
-            with ctx.Pool(writers) as pool:
-                counts = pool.map(_process_writer, [(backend.name, d, sync, batch, payload,
-                                                     start, duration)] * writers)
-            return sum(counts) / duration
+            bk.open_store(backend, d, sync, session).close()   # creates the store
+            runs = _in_processes(_tune_child, [(backend.name, d, sync, batch, payload,
+                                                duration)] * writers,
+                                 SPAWN_TIMEOUT + 2 * duration)
+            elapsed = max(r[1] for r in runs) - min(r[0] for r in runs)
+            return sum(r[2] for r in runs) / max(duration, elapsed)
         first = bk.open_store(backend, d, sync, session)
         stores = [first] + [first.connect() for _ in range(writers - 1)]
         try:
@@ -458,6 +552,9 @@ def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: 
          progress: Progress = _quiet) -> dict[str, Any]:
     """Seed 002: throughput over a grid of batch size x concurrent writers,
     then the seed's regression models and optima (see fit_models)."""
+    if processes and backend.no_processes:
+        raise bk.Unsupported(f"{backend.name} cannot have writers as processes: "
+                             f"{backend.no_processes}")
     usable, report = backend_report([backend], "queue")
     if not usable:
         raise bk.Unsupported(f"{backend.name}: {report[backend.name]['reason']}")
@@ -514,78 +611,161 @@ def _count_lines(lines: list[bytes], add: Callable[[bytes], None]) -> None:
             add(m.group(1))
 
 
+def _consume(c: Any, strategy: str, block: int,
+             add_shared: Callable[[bytes], None]) -> Counter:
+    """One consumer on casket c: get_many(block) from queue "log" until it
+    is empty, counting article hits.  mapreduce: into a private Counter,
+    returned; locked: through add_shared (the shared counter); agent: sent
+    to the aggregator through the casket's queue "hits", then an empty
+    item to say this consumer is done."""
+    q = c.queue("log")
+    mine: Counter = Counter()
+    hits: list[bytes] = []
+    add: Callable[[bytes], None] = hits.append      # agent
+    if strategy == "mapreduce":
+        def add_mine(t: bytes) -> None:
+            mine[t] += 1
+        add = add_mine
+    elif strategy == "locked":
+        add = add_shared
+    else:
+        agg = c.queue("hits")
+    while True:
+        got = q.get_many(block)
+        if not got:
+            break
+        _count_lines(got, add)
+        if hits:
+            agg.put_many(hits)
+            hits.clear()
+    if strategy == "agent":
+        agg.put(b"")
+    return mine
+
+
+def _aggregate(c: Any, consumers: int, timeout: float) -> Counter:
+    """The agent strategy's aggregator: counts the hits arriving on queue
+    "hits" until every consumer has said it is done."""
+    agg = c.queue("hits")
+    total: Counter = Counter()
+    done = 0
+    deadline = time.monotonic() + timeout
+    while done < consumers:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"aggregator: {consumers - done} of {consumers} consumers did "
+                               f"not finish within {timeout:.0f} s")
+        got = agg.get_many(4096, block=True, timeout=min(1.0, left))
+        done += got.count(b"")
+        total.update(g for g in got if g)
+    return total
+
+
+_HITS = b"hit:"     # the locked strategy's shared counter in processes: one record per article
+
+
+def _casket_counter(c: Any) -> Callable[[bytes], None]:
+    """Adds one hit to the counter kept in casket c, in a transaction of
+    its own: the casket's write lock is the lock every process takes."""
+    get, put = c.get, c.put
+
+    def add(t: bytes) -> None:
+        k = _HITS + t
+        with c.transaction():
+            v = get(k)
+            put(k, b"%d" % (int(v) + 1 if v else 1))
+    return add
+
+
+def _drain_child(path: str, aggregator: bool, strategy: str, block: int, consumers: int,
+                 timeout: float, start: Callable[[], None]) -> tuple[dict[bytes, int], float]:
+    """A consumer process (or the agent's aggregator): opens the casket by
+    path, then works as the thread version does."""
+    import pyqstore
+
+    c = pyqstore.open(path, "w", sync=False, lock_timeout=timeout)
+    try:
+        start()
+        if aggregator:
+            counts = _aggregate(c, consumers, timeout)
+        else:
+            counts = _consume(c, strategy, block, _casket_counter(c))
+        return dict(counts), time.monotonic()
+    finally:
+        c.close()
+
+
+def _drain_threads(c: Any, consumers: int, block: int, strategy: str,
+                   timeout: float) -> tuple[float, Counter]:
+    """Consumer threads (and the agent's aggregator) on one casket handle;
+    (seconds, counts)."""
+    total: Counter = Counter()
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def add_locked(t: bytes) -> None:
+        with lock:
+            total[t] += 1
+
+    def run(work: Callable[[], Counter]) -> None:
+        try:
+            counts = work()
+            with lock:
+                total.update(counts)
+        except BaseException as e:
+            errors.append(e)
+
+    works = [lambda: _consume(c, strategy, block, add_locked)] * consumers
+    if strategy == "agent":
+        works.append(lambda: _aggregate(c, consumers, timeout))
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=run, args=(w,), daemon=True) for w in works]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(max(0.0, t0 + timeout - time.perf_counter()))
+    dt = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    if any(t.is_alive() for t in ths):
+        raise TimeoutError(f"drain: consumers still running after {timeout:.0f} s")
+    return dt, total
+
+
+def _drain_processes(c: Any, consumers: int, block: int, strategy: str,
+                     timeout: float) -> tuple[float, Counter]:
+    """Consumer processes (and the agent's aggregator), each opening the
+    casket by path; (seconds from the common start to the last one's end,
+    counts).  locked: the shared counter is records of the casket."""
+    args = [(c.path, False, strategy, block, consumers, timeout)] * consumers
+    if strategy == "agent":
+        args.append((c.path, True, strategy, block, consumers, timeout))
+    runs = _in_processes(_drain_child, args, SPAWN_TIMEOUT + timeout)
+    total: Counter = Counter()
+    for _, _, counts in runs:
+        total.update(counts)
+    if strategy == "locked":
+        for k, v in c.items(start=_HITS):
+            if not k.startswith(_HITS):
+                break
+            total[k[len(_HITS):]] = int(v)
+    return max(r[1] for r in runs) - min(r[0] for r in runs), total
+
+
 def drain_cell(lines: list[bytes], consumers: int, block: int, strategy: str,
-               wd: Workdir) -> tuple[float, list[tuple[str, int]]]:
-    """Consumers (threads) empty a pre-filled queue with get_many(block);
-    returns (lines per second, the top 10 hits)."""
+               wd: Workdir, processes: bool = False,
+               timeout: float = 600.0) -> tuple[float, list[tuple[str, int]]]:
+    """Consumers (threads, or processes) empty a pre-filled queue with
+    get_many(block); returns (lines per second, the top 10 hits).  A cell
+    not done within timeout seconds fails."""
     import pyqstore
 
     d = wd.fresh()
     c = pyqstore.open(os.path.join(d, "drain.qs"), "n", sync=False)
     try:
         c.queue("log").put_many(lines)
-        total: Counter = Counter()
-        lock = threading.Lock()
-        errors: list[BaseException] = []
-
-        def consume() -> None:
-            q = c.queue("log")
-            try:
-                if strategy == "mapreduce":
-                    mine: Counter = Counter()
-
-                    def add(t: bytes) -> None:
-                        mine[t] += 1
-                elif strategy == "locked":
-                    def add(t: bytes) -> None:
-                        with lock:
-                            total[t] += 1
-                else:   # agent: hits go to the aggregator through a queue of the casket
-                    agg = c.queue("hits")
-                    hits: list[bytes] = []
-                    add = hits.append
-                while True:
-                    got = q.get_many(block)
-                    if not got:
-                        break
-                    _count_lines(got, add)
-                    if strategy == "agent" and hits:
-                        agg.put_many(hits)
-                        hits.clear()
-                if strategy == "mapreduce":
-                    with lock:
-                        total.update(mine)
-            except BaseException as e:
-                errors.append(e)
-
-        def aggregate() -> None:
-            agg = c.queue("hits")
-            try:
-                while True:
-                    got = agg.get_many(4096, block=True, timeout=5)
-                    if b"" in got:
-                        got = [g for g in got if g]
-                        total.update(got)
-                        break
-                    total.update(got)
-            except BaseException as e:
-                errors.append(e)
-
-        t0 = time.perf_counter()
-        agent = threading.Thread(target=aggregate) if strategy == "agent" else None
-        if agent:
-            agent.start()
-        ths = [threading.Thread(target=consume) for _ in range(consumers)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        if agent:
-            c.queue("hits").put(b"")    # the end, after every consumer's hits
-            agent.join()
-        dt = time.perf_counter() - t0
-        if errors:
-            raise errors[0]
+        run = _drain_processes if processes else _drain_threads
+        dt, total = run(c, consumers, block, strategy, timeout)
         top = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         return len(lines) / dt, [(k.decode(), v) for k, v in top]
     finally:
@@ -596,25 +776,26 @@ def drain_cell(lines: list[bytes], consumers: int, block: int, strategy: str,
 def drain(lines_n: int, consumers: list[int], blocks: list[int], strategies: list[str],
           processes: bool, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
     """Seed 004 on a pyqstore queue: consumers x block size, for each
-    strategy, beside a single-consumer baseline; the top 10 must agree."""
-    if processes:
-        raise bk.Unsupported("consumers as processes need a casket shared between processes, "
-                             "which pyqstore does not offer yet (one process holds the write "
-                             "lock); use threads")
+    strategy, beside a single-consumer baseline (a thread, or a process
+    with processes); the top 10 must agree.  With processes, each consumer
+    is a spawned process opening the casket by path; rates count from the
+    moment all have opened it."""
     lines = make_log_lines(lines_n)
+    timeout = 60 + lines_n / 1000     # seconds a cell may take; no rate here is that slow
     cells = []
     with Workdir(base) as wd:
         info = machine(wd.root)
         progress("baseline")
-        base_rate, base_top = drain_cell(lines, 1, max(blocks), "mapreduce", wd)
+        base_rate, base_top = drain_cell(lines, 1, max(blocks), "mapreduce", wd, processes,
+                                         timeout)
         for s in strategies:
             for n in consumers:
                 for b in blocks:
                     progress(f"{s} consumers={n} block={b}")
-                    rate, top = drain_cell(lines, n, b, s, wd)
+                    rate, top = drain_cell(lines, n, b, s, wd, processes, timeout)
                     cells.append({"strategy": s, "consumers": n, "block": b,
                                   "lines_per_s": rate, "top_matches": top == base_top})
-    return {"experiment": "drain", "lines": lines_n, "machine": info,
+    return {"experiment": "drain", "lines": lines_n, "processes": processes, "machine": info,
             "baseline": {"consumers": 1, "block": max(blocks), "lines_per_s": base_rate},
             "top10": base_top, "cells": cells,
             "all_top10_identical": all(c["top_matches"] for c in cells)}
