@@ -510,16 +510,17 @@ static void open_errors(const char *held, int held_readonly)
     qs_options o;
     qs_casket *d = (qs_casket *)1;
 
-    /* a locked file: another handle (ours) holds it */
-    opts_for(&o, QS_OPEN_WRITE);
+    /* another handle (ours) holds it: starting it empty is refused, a
+     * second handle opens beside it, and compacting needs it alone */
+    opts_for(&o, QS_OPEN_NEW);
     RC(qs_open(held, &o, &d), QS_LOCKED);
     REQ(d == NULL);
-    if (!held_readonly) {
-        opts_for(&o, QS_OPEN_READ);
-        d = (qs_casket *)1;
-        RC(qs_open(held, &o, &d), QS_LOCKED);
-        REQ(d == NULL);
-    }
+    opts_for(&o, held_readonly ? QS_OPEN_READ : QS_OPEN_WRITE);
+    OK(qs_open(held, &o, &d));
+    if (!held_readonly)
+        RC(qs_compact(d), QS_LOCKED);
+    OK(qs_close(d));
+    d = (qs_casket *)1;
     /* not a casket, read-only and read-write */
     opts_for(&o, (g_round & 1) ? QS_OPEN_READ : QS_OPEN_WRITE);
     d = (qs_casket *)1;
