@@ -775,16 +775,10 @@ int qs_close(qs_casket *c)
     if (forked(c)) {
         /* The parent owns the locks and the shared state this copy
          * inherited, and its threads' mutexes may have been held at the
-         * fork: release our descriptors and memory, touch nothing else. */
-        if (c->shared)
-            sh_forget(&c->sh);
-        c->shared = 0;
-        if (c->log_fd >= 0)
-            close(c->log_fd);
-        if (c->fd >= 0)
-            close(c->fd);
-        free(c->path);
-        free(c);
+         * fork: release our descriptors and memory (casket_free only
+         * unmaps the region), touch nothing else. */
+        pg_close(&c->pg);
+        casket_free(c);
         return 0;
     }
     int rc = qs_shutdown(c);

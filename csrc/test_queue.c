@@ -9,7 +9,11 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "test_common.h"
 
@@ -1324,6 +1328,236 @@ static void threads_wake(void)
     tc_tmp_remove(&t);
 }
 
+/* ------------------------------------------------------------------ */
+/* several processes                                                   */
+
+/* A child that opens path, reserves n items of queue q (lease seconds, 0:
+ * none), reports their ids on *ready_fd and waits to be killed. */
+static pid_t reserving_child(const char *path, const char *q, int n, double lease, int *ready_fd)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        int rc;
+        qs_casket *c = open_q(path, QS_OPEN_WRITE, &rc);
+        uint64_t ids[16] = {0};
+        for (int i = 0; c && i < n && i < 16; i++) {
+            qs_items *it = NULL;
+            if (qs_queue_reserve(c, q, strlen(q), 0, lease, &it) == 0 && it->count == 1)
+                ids[i] = it->ids[0];
+            qs_items_free(it);
+        }
+        if (write(p[1], ids, sizeof ids) != (ssize_t)sizeof ids)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    *ready_fd = p[0];
+    return pid;
+}
+
+/* Reservations are shared: another process's reserved items are hidden and
+ * not counted; when it is killed they come back at the front, in order,
+ * and a blocked reserve here is woken by them. */
+static void processes_reservations(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    const char *v[4] = {"p0", "p1", "p2", "p3"};
+    uint64_t id[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_RC(qput(c, "q", v[i], &id[i]), 0);
+    int ready;
+    pid_t pid = reserving_child(t.path, "q", 2, 0, &ready);
+    REQUIRE(pid > 0);
+    uint64_t got[16] = {0};
+    CHECK(read(ready, got, sizeof got) == (ssize_t)sizeof got);
+    CHECK(got[0] == id[0] && got[1] == id[1]);
+    CHECK(qlen(c, "q") == 2);
+    CHECK(get_is(c, "q", "p2", id[2]));
+    CHECK(qlen(c, "q") == 1);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(ready);
+    /* the dead holder is noticed by a look at the queue (at most every
+     * 100 ms) */
+    double t0 = tc_now();
+    while (qlen(c, "q") != 3 && tc_now() - t0 < 3.0)
+        msleep(5);
+    double dt = tc_now() - t0;
+    printf("  a dead process's reservations came back after %.3f s\n", dt);
+    CHECK(qlen(c, "q") == 3);
+    CHECK(dt < 2.0);
+    qs_items *it = NULL;
+    CHECK_RC(qs_queue_reserve(c, "q", 1, 0, 0, &it), 0);
+    CHECK(it && it->count == 1 && item_is(it, 0, "p0", id[0]));
+    if (it)
+        CHECK_RC(qs_queue_release(c, "q", 1, it->ids[0], it->token), 0);
+    qs_items_free(it);
+    CHECK(qlen(c, "q") == 3);
+    CHECK(get_is(c, "q", "p0", id[0]));
+    CHECK(get_is(c, "q", "p1", id[1]));
+    CHECK(get_is(c, "q", "p3", id[3]));
+    CHECK_RC(get_rc(c, "q"), QS_NOTFOUND);
+    CHECK_RC(qs_check(c, NULL, 0), 0);
+    qs_close(c);
+    tc_tmp_remove(&t);
+}
+
+/* A child blocked in get wakes when this process commits a put. */
+static void processes_wake(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    int p[2];
+    REQUIRE(pipe(p) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        qs_casket *d = open_q(t.path, QS_OPEN_WRITE, &rc);
+        char r = 'n';
+        if (d && write(p[1], "r", 1) == 1) {
+            qs_items *it = NULL;
+            double t0 = tc_now();
+            rc = qs_queue_get(d, "w", 1, 1, 10.0, &it);
+            if (rc == 0 && it->count == 1 && item_is(it, 0, "hi", 0) &&
+                tc_now() - t0 < 5.0)
+                r = 'y';
+            qs_items_free(it);
+            qs_close(d);
+        }
+        if (write(p[1], &r, 1) != 1)
+            _exit(3);
+        _exit(0);
+    }
+    close(p[1]);
+    char r = 0;
+    CHECK(read(p[0], &r, 1) == 1 && r == 'r');
+    msleep(100);    /* let it block */
+    CHECK_RC(qput(c, "w", "hi", NULL), 0);
+    double t0 = tc_now();
+    CHECK(read(p[0], &r, 1) == 1 && r == 'y');
+    printf("  woken and answered after %.3f s\n", tc_now() - t0);
+    int status;
+    waitpid(pid, &status, 0);
+    close(p[0]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(qlen(c, "w") == 0);
+    qs_close(c);
+    tc_tmp_remove(&t);
+}
+
+/* A handle used in a child it was inherited by refuses; closing it there
+ * leaves the parent's locks and state alone. */
+static void processes_fork(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qput(c, "f", "x", NULL), 0);
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(qput(c, "f", "uncommitted", NULL), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        uint64_t n;
+        bad += qs_queue_len(c, "f", 1, &n) != QS_FORKED;
+        bad += qput(c, "f", "child", NULL) != QS_FORKED;
+        bad += qs_commit(c) != QS_FORKED;
+        bad += qs_close(c) != 0;
+        /* a fresh handle in the child waits for the parent's transaction */
+        qs_options o;
+        qs_options_init(&o);
+        o.mode = QS_OPEN_WRITE;
+        o.lock_timeout = 0.1;
+        qs_casket *d = NULL;
+        bad += qs_open(t.path, &o, &d) != 0;
+        if (d) {
+            bad += qput(d, "f", "child", NULL) != QS_LOCKED;
+            bad += qs_queue_len(d, "f", 1, &n) != 0 || n != 1;
+            qs_close(d);
+        }
+        _exit(bad);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(qlen(c, "f") == 2);
+    CHECK(get_is(c, "f", "x", 0));
+    CHECK(get_is(c, "f", "uncommitted", 0));
+    CHECK_RC(qs_check(c, NULL, 0), 0);
+    qs_close(c);
+    tc_tmp_remove(&t);
+}
+
+/* The shared file beside the casket, damaged while nobody has it open, is
+ * rebuilt by the next opener. */
+static void processes_region_damaged(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qput(c, "d", "kept", NULL), 0);
+    qs_close(c);
+    char shm[sizeof t.path + 8];
+    snprintf(shm, sizeof shm, "%s-shm", t.path);
+    for (int how = 0; how < 3; how++) {
+        int fd = open(shm, O_RDWR | O_CREAT, 0644);
+        REQUIRE(fd >= 0);
+        if (how == 0) {
+            unsigned char junk[8192];
+            tc_rng g = {(uint64_t)how + 7};
+            for (size_t i = 0; i < sizeof junk; i++)
+                junk[i] = (unsigned char)tc_next(&g);
+            CHECK(pwrite(fd, junk, sizeof junk, 0) == (ssize_t)sizeof junk);
+        } else
+            CHECK(ftruncate(fd, how == 1 ? 100 : 0) == 0);
+        close(fd);
+        c = open_q(t.path, QS_OPEN_WRITE, &rc);
+        CHECK_RC(rc, 0);
+        if (c) {
+            CHECK(qlen(c, "d") == 1);
+            qs_items *it = NULL;
+            CHECK_RC(qs_queue_peek(c, "d", 1, 1, &it), 0);
+            CHECK(it && it->count == 1 && item_is(it, 0, "kept", 0));
+            qs_items_free(it);
+            CHECK_RC(qput(c, "d", "more", NULL), 0);
+            CHECK_RC(qs_check(c, NULL, 0), 0);
+            qs_casket *d = open_q(t.path, QS_OPEN_WRITE, &rc);
+            CHECK_RC(rc, 0);
+            if (d) {
+                CHECK(qlen(d, "d") == 2);
+                CHECK(get_is(d, "d", "kept", 0));
+                qs_close(d);
+            }
+            CHECK(qlen(c, "d") == 1);
+            CHECK(get_is(c, "d", "more", 0));
+            CHECK_RC(qput(c, "d", "kept", NULL), 0);
+            qs_close(c);
+        }
+    }
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1340,5 +1574,9 @@ int main(void)
     RUN(big_payloads);
     RUN(large_batch);
     RUN(threads_wake);
+    RUN(processes_reservations);
+    RUN(processes_wake);
+    RUN(processes_fork);
+    RUN(processes_region_damaged);
     return tc_summary();
 }
