@@ -626,6 +626,8 @@ static int cell_at(bt_ctx *c, const bt_path *path, cellv *cv)
     return parse_leaf(pg, (uint32_t)path->idx[leaf], cv);
 }
 
+static int append_value(bt_ctx *c, const cellv *cv, bt_buf *vout, size_t hdr);
+
 int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
             int with_len, uint64_t *seq)
 {
@@ -652,21 +654,48 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
             return rc;
         kout->len += hdr + cv.klen;
     }
-    if (vout && hdr + cv.vlen > 0) {
-        if ((rc = bt_buf_reserve(vout, hdr + cv.vlen)) != 0)
-            return rc;
-        uint8_t *d = vout->data + vout->len;
-        if (with_len)
-            wr32(d, cv.vlen);
-        if (cv.ovfl)
-            rc = ovfl_read(c, cv.ovfl, cv.klen - cv.kin, cv.vlen, d + hdr);
-        else if (cv.vlen)
-            memcpy(d + hdr, cv.val, cv.vlen);
-        if (rc)
-            return rc;
-        vout->len += hdr + cv.vlen;
-    }
+    return vout ? append_value(c, &cv, vout, hdr) : 0;
+}
+
+/* Appends cell cv's value to vout, after its length (u32) when hdr is 4. */
+static int append_value(bt_ctx *c, const cellv *cv, bt_buf *vout, size_t hdr)
+{
+    if (hdr + cv->vlen == 0)
+        return 0;
+    int rc = bt_buf_reserve(vout, hdr + cv->vlen);
+    if (rc)
+        return rc;
+    uint8_t *d = vout->data + vout->len;
+    if (hdr)
+        wr32(d, cv->vlen);
+    if (cv->ovfl)
+        rc = ovfl_read(c, cv->ovfl, cv->klen - cv->kin, cv->vlen, d + hdr);
+    else if (cv->vlen)
+        memcpy(d + hdr, cv->val, cv->vlen);
+    if (rc)
+        return rc;
+    vout->len += hdr + cv->vlen;
     return 0;
+}
+
+int bt_item(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen, int *eq,
+            uint64_t *seq, bt_buf *vout)
+{
+    cellv cv;
+    int r, rc = cell_at(c, path, &cv);
+    *eq = 0;
+    if (rc)
+        return rc;
+    bt_key pk = {key, klen, 0};
+    if (cv.klen != klen)
+        return 0;
+    if ((rc = cmp_cell(c, &pk, &cv, 0, &r)) != 0 || r != 0)
+        return rc;
+    if (cv.ovfl && ovfl_bytes(&cv, 1) / OV_CAP >= pg_meta_of(c->p, c->wview)->npages)
+        return QS_CORRUPT;
+    *eq = 1;
+    *seq = cv.seq;
+    return vout ? append_value(c, &cv, vout, 0) : 0;
 }
 
 int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen, int *eq)

@@ -550,14 +550,22 @@ static int seek_exact(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t se
     return eq && got == seq ? 0 : QS_CORRUPT;
 }
 
+static int item_payload(bt_ctx *bt, uint64_t id, outbuf *o, size_t at, int *shared);
+
 /* Appends the payload of the item record at path (tag byte stripped,
  * shared payloads fetched) to o->data; *shared tells which it was. */
 static int read_item(bt_ctx *bt, bt_path *path, uint64_t id, outbuf *o, int *shared)
 {
     size_t at = o->data.len;
     int rc = bt_read(bt, path, NULL, &o->data, 0, NULL);
-    if (rc)
-        return rc;
+    return rc ? rc : item_payload(bt, id, o, at, shared);
+}
+
+/* The item's value was appended to o->data from offset at: strips its tag
+ * or replaces it with the shared payload it names. */
+static int item_payload(bt_ctx *bt, uint64_t id, outbuf *o, size_t at, int *shared)
+{
+    int rc;
     if (o->data.len == at)
         return QS_CORRUPT;
     uint8_t tag = o->data.data[at];
@@ -848,28 +856,36 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     uint64_t id, from = 1;
     int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
     while (a->out.n < a->max) {
-        if (kept) {
-            /* path is on the record after the one just taken */
-            int eq;
-            rc = bt_key_is(&bt, &path, q->key, q->klen, &eq);
-            if (rc == QS_NOTFOUND) {
-                kept = 0;
-                continue;
-            }
-            if (rc == 0 && !eq)
-                rc = QS_NOTFOUND;
-            if (rc == 0 && (rc = bt_read(&bt, &path, NULL, NULL, 0, &id)) == 0 && any &&
-                hidden(c, q, id)) {
-                kept = 0;
-                from = id + 1;
-                continue;
-            }
-        } else
-            rc = first_free(c, &bt, q, from, &path, &id);
+        /* path is on the candidate: the record after the one just taken
+         * (kept), or the first at or after `from` */
+        int sought = !kept;
+        if (sought) {
+            bt_key pk = {q->key, q->klen, from};
+            if ((rc = bt_seek_ge(&bt, &pk, &path)) != 0)
+                break;
+        }
+        int eq, shared;
+        if ((rc = out_begin(&a->out)) != 0)
+            break;
+        size_t at = a->out.data.len;
+        rc = bt_item(&bt, &path, q->key, q->klen, &eq, &id, &a->out.data);
+        if (rc == QS_NOTFOUND && !sought) {
+            kept = 0;       /* at the end of a leaf: seek the next one */
+            continue;
+        }
+        if (rc == 0 && !eq)
+            rc = QS_NOTFOUND;
         if (rc)
             break;
-        int shared;
-        if ((rc = out_begin(&a->out)) != 0 || (rc = read_item(&bt, &path, id, &a->out, &shared)) != 0)
+        if (any && hidden(c, q, id)) {
+            a->out.data.len = at;
+            from = id + 1;
+            if ((rc = bt_next(&bt, &path)) != 0)
+                break;
+            kept = 1;
+            continue;
+        }
+        if ((rc = item_payload(&bt, id, &a->out, at, &shared)) != 0)
             break;
         out_end(&a->out, id);
         from = id + 1;
