@@ -17,7 +17,6 @@
 #define SH_MAGIC "qstshm\0\x01"
 #define SH_VERSION 1
 #define BYTE_ATTACH 0
-#define BYTE_WRITE 1
 #define BYTE_SLOT 16
 
 struct sh_header {
@@ -31,7 +30,9 @@ struct sh_header {
     _Atomic uint64_t next_txn;
     _Atomic uint32_t wseq;          /* bumped at each write-lock release */
     _Atomic uint32_t wwaiters;
-    _Atomic uint32_t wholder;       /* slot + 1 of the write-lock holder */
+    _Atomic uint32_t wpad;
+    _Atomic uint64_t wowner;        /* the write lock: 0 free, else the holder's
+                                       slot generation << 32 | slot + 1 */
     _Atomic uint32_t ckpt;          /* slot + 1 of a checkpointer, 0 none */
     _Atomic uint32_t ckpt_waiters;
     uint32_t nres;                  /* reservation entries in use */
@@ -337,17 +338,46 @@ void sh_publish(sh_region *r, uint64_t salt, uint64_t log_end)
 
 static void res_repair(sh_region *r);
 
+/* The write lock is a word in the region, taken with one compare-and-swap
+ * (no system call while nobody waits: a commit costs two fewer syscalls
+ * than with a byte lock, a third of a one-put commit's time with sync off).
+ * Its holder is named by slot and slot generation; a holder that died is
+ * recognised by its slot's lock byte, which the kernel dropped, or by the
+ * slot having been taken again, and the lock is taken over. */
+static int owner_gone(const sh_region *r, uint64_t owner)
+{
+    uint32_t slot = (uint32_t)(owner & 0xffffffffu) - 1, gen = (uint32_t)(owner >> 32);
+    if (slot >= SH_SLOTS)
+        return 1;
+    if (atomic_load(&r->slots[slot].gen) != gen)
+        return 1;
+    return !slot_alive(r, slot);
+}
+
 int sh_wlock(sh_region *r, double timeout, int *holder_died)
 {
     struct sh_header *h = r->hdr;
     uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
+    uint64_t me = (uint64_t)r->gen << 32 | (r->slot + 1);
+    uint64_t seen = 0, seen_since = 0;
     *holder_died = 0;
     for (;;) {
         uint32_t seq = atomic_load(&h->wseq);
-        int rc = byte_lock(r->fd, BYTE_WRITE, F_WRLCK);
-        if (rc == 0) {
-            uint32_t prev = atomic_exchange(&h->wholder, r->slot + 1);
-            *holder_died = prev != 0;
+        uint64_t owner = 0;
+        int got = atomic_compare_exchange_strong(&h->wowner, &owner, me);
+        if (!got) {
+            /* Suspect a holder only after it kept the lock for 20 ms
+             * (asking the kernel is a system call). */
+            uint64_t t = sh_now_ns();
+            if (owner != seen) {
+                seen = owner;
+                seen_since = t;
+            } else if (t - seen_since > 20000000ull && owner_gone(r, owner)) {
+                got = atomic_compare_exchange_strong(&h->wowner, &owner, me);
+                *holder_died = got;
+            }
+        }
+        if (got) {
             /* A holder killed halfway through a change leaves its seqlock
              * odd (and, for the reservations, the tables half-moved). */
             if (atomic_load(&h->cseq) & 1)
@@ -356,13 +386,13 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
                 res_repair(r);
             return 0;
         }
-        if (rc != QS_LOCKED)
-            return rc;
+        if (owner == me)
+            return QS_LOCKED;   /* cannot happen: the in-process lock is held */
         uint64_t now = sh_now_ns();
         if (now >= deadline)
             return QS_LOCKED;
-        /* Woken by the release; the cap covers a holder that died, whose
-         * lock the kernel dropped without anyone bumping the word. */
+        /* Woken by the release; the cap bounds how long a holder that died
+         * goes unnoticed. */
         double left = (double)(deadline - now) * 1e-9;
         atomic_fetch_add(&h->wwaiters, 1);
         fwait(&h->wseq, seq, left < 0.02 ? left : 0.02);
@@ -376,8 +406,7 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
 void sh_wunlock(sh_region *r)
 {
     struct sh_header *h = r->hdr;
-    atomic_store(&h->wholder, 0);
-    byte_lock(r->fd, BYTE_WRITE, F_UNLCK);
+    atomic_store(&h->wowner, 0);
     atomic_fetch_add(&h->wseq, 1);
     if (atomic_load(&h->wwaiters))
         fwake(&h->wseq, INT_MAX);

@@ -9,7 +9,6 @@
  *   byte 0       "attached": held shared by every handle; the opener that
  *                gets it exclusively is alone and (re)builds the region, so
  *                a stale or damaged region never outlives its last user
- *   byte 1       the write lock, held exclusively for one transaction
  *   byte 16+i    slot i, held exclusively by the handle using it (a slot
  *                whose byte is free belongs to a dead or closed handle)
  * Everything read from the region is bounds-checked: a damaged region can
@@ -113,9 +112,11 @@ uint64_t sh_commit_seq(const sh_region *r);
 
 /* ---- the write lock ------------------------------------------------------------ */
 
-/* Takes the cross-process write lock, waiting up to timeout seconds (woken
- * when the holder releases it).  *holder_died: the previous holder did not
- * release it (it died holding it).  Returns 0, QS_LOCKED or errno. */
+/* Takes the cross-process write lock (a word in the region naming its
+ * holder's slot), waiting up to timeout seconds: woken when the holder
+ * releases it; a holder that died is noticed within about 20 ms of
+ * waiting and the lock taken over, with *holder_died set.  Returns 0 or
+ * QS_LOCKED. */
 int sh_wlock(sh_region *r, double timeout, int *holder_died);
 void sh_wunlock(sh_region *r);
 
