@@ -295,6 +295,9 @@ def measure(line: str, backend: str, pay: list[bytes], base: str, reps: int) -> 
     best = 0.0
     for _ in range(reps):
         d = tempfile.mkdtemp(dir=base)
+        # Every run starts with no dirty pages of an earlier one: otherwise
+        # its syncs also pay for writing back the previous cell's gigabytes.
+        os.sync()
         try:
             s = RUNNERS[line][backend](d, pay)
         finally:

@@ -313,6 +313,9 @@ void pg_close(pager *p)
     hm_free(&p->logidx);
     hm_free(&p->dirty);
     hm_free(&p->spill);
+    free(p->cw_bufs);
+    free(p->cw_fresh);
+    free(p->cw_pages);
     while (p->spare) {
         pg_buf *b = p->spare;
         p->spare = b->next;
@@ -687,13 +690,27 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
             return rc;
     }
     size_t n = p->dirty.len, fresh = 0;
-    pg_buf **bufs = malloc(n * sizeof *bufs);
-    pg_buf **fresh_bufs = malloc(n * sizeof *fresh_bufs);
-    uint8_t **pages = malloc(n * sizeof *pages);
-    if (!bufs || !pages || !fresh_bufs) {
-        rc = QS_NOMEM;
-        goto out;
+    if (n > p->cw_cap) {
+        /* kept between commits: a stream of small commits allocates nothing */
+        size_t ncap = n < 64 ? 64 : n;
+        pg_buf **b = malloc(ncap * sizeof *b), **f = malloc(ncap * sizeof *f);
+        uint8_t **pg = malloc(ncap * sizeof *pg);
+        if (!b || !f || !pg) {
+            free(b);
+            free(f);
+            free(pg);
+            return QS_NOMEM;
+        }
+        free(p->cw_bufs);
+        free(p->cw_fresh);
+        free(p->cw_pages);
+        p->cw_bufs = b;
+        p->cw_fresh = f;
+        p->cw_pages = pg;
+        p->cw_cap = ncap;
     }
+    pg_buf **bufs = p->cw_bufs, **fresh_bufs = p->cw_fresh;
+    uint8_t **pages = p->cw_pages;
     uint32_t k;
     uint64_t v;
     size_t j = 0;
@@ -746,9 +763,15 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
     p->txn_end = end;
     *wrote = 1;
 out:
-    free(bufs);
-    free(fresh_bufs);
-    free(pages);
+    if (p->cw_cap > 4096) {
+        /* a big transaction's arrays are not kept */
+        free(p->cw_bufs);
+        free(p->cw_fresh);
+        free(p->cw_pages);
+        p->cw_bufs = p->cw_fresh = NULL;
+        p->cw_pages = NULL;
+        p->cw_cap = 0;
+    }
     return rc;
 }
 

@@ -65,6 +65,9 @@ typedef struct pager {
                                    out before it may be stale */
     int reload;                 /* the next pg_refresh rereads page 0 and the
                                    log whatever the salt */
+    pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
+    uint8_t **cw_pages;
+    size_t cw_cap;
 } pager;
 
 /* Opens the pager over an open main file fd and log fd (log_fd -1: no log,
