@@ -195,8 +195,15 @@ static long pl_writes;              /* tracked write calls */
 static long pl_stride = 5, pl_max_snaps = 120;
 static int pl_nsnaps;
 static uint64_t pl_committed;       /* set by the test after each commit */
-#define PL_SNAPS 1024           /* cuts one run can hold */
-static uint64_t pl_snap_committed[PL_SNAPS];
+#define PL_SNAPS 1024           /* cuts a sampled run takes at most */
+/* One simulated power cut: what had committed, the last log sync, the
+ * transaction under way, and the write it came after. */
+typedef struct {
+    uint64_t committed, floor, started;
+    char write[64];
+} pl_cut;
+static pl_cut *pl_cuts;             /* grows: a full run cuts after every write */
+static size_t pl_cuts_cap;
 static tc_rng pl_rng = {42};
 static char pl_dir[512];
 static long pl_unsynced[2];          /* diagnosis: log / main pages varied */
@@ -209,8 +216,6 @@ static long pl_writes_main, pl_writes_log;
 static int pl_mix_modes;
 static uint64_t pl_floor;           /* pl_committed at the last log sync */
 static uint64_t pl_started;         /* the transaction under way */
-static uint64_t pl_snap_floor[PL_SNAPS], pl_snap_started[PL_SNAPS];
-static char pl_snap_write[PL_SNAPS][64];    /* the write the cut came after */
 static uint64_t pl_last_off, pl_last_len;
 /* (fd, page offset) -> index + 1 into pl_pages: a big transaction leaves
  * thousands of unsynced pages */
@@ -369,21 +374,29 @@ static void pl_maybe_snapshot(int which, int commit)
         pl_commit_cuts += commit != 0;
     } else if (pl_nsnaps >= pl_max_snaps || pl_writes % pl_stride != 0)
         return;
+    if ((size_t)pl_nsnaps == pl_cuts_cap) {
+        size_t ncap = pl_cuts_cap ? 2 * pl_cuts_cap : 256;
+        pl_cut *nc = realloc(pl_cuts, ncap * sizeof *nc);
+        if (!nc)
+            return;     /* no room to record it: this cut is not taken */
+        pl_cuts = nc;
+        pl_cuts_cap = ncap;
+    }
     int k = pl_nsnaps++;
     /* pl_mix_modes: a quarter of the cuts keep every unsynced page's last
      * version, a quarter its synced one, half choose page by page */
     int smode = pl_mix_modes ? (int)tc_below(&pl_rng, 4) : 0;
-    pl_snap_floor[k] = pl_floor;
-    pl_snap_started[k] = pl_started;
-    snprintf(pl_snap_write[k], sizeof pl_snap_write[k], "%s %s of %" PRIu64 " bytes at %" PRIu64,
+    pl_cuts[k].floor = pl_floor;
+    pl_cuts[k].started = pl_started;
+    snprintf(pl_cuts[k].write, sizeof pl_cuts[k].write, "%s %s of %" PRIu64 " bytes at %" PRIu64,
              which == 1 ? "main" : "log", commit ? "commit write" : "write", pl_last_len,
              pl_last_off);
     char m[700], l[720];
-    snprintf(m, sizeof m, "%s/snap%03d", pl_dir, k);
-    snprintf(l, sizeof l, "%s/snap%03d-log", pl_dir, k);
+    snprintf(m, sizeof m, "%s/snap%05d", pl_dir, k);
+    snprintf(l, sizeof l, "%s/snap%05d-log", pl_dir, k);
     pl_copy_raw(pl_main, m);
     pl_copy_raw(pl_log, l);
-    pl_snap_committed[k] = pl_committed;
+    pl_cuts[k].committed = pl_committed;
     /* which fd is which file */
     for (size_t i = 0; i < pl_n; i++) {
         pl_page *p = &pl_pages[i];
@@ -1023,12 +1036,14 @@ static void power_loss(void)
     snprintf(pl_dir, sizeof pl_dir, "%s", t.dir);
     snprintf(pl_main, sizeof pl_main, "%s", t.path);
     snprintf(pl_log, sizeof pl_log, "%s", t.log);
-    pl_max_snaps = tc_full() ? PL_SNAPS : tc_scaled(150, 5);
+    /* full: a cut after every write of 300 transactions; otherwise a
+     * seeded sample of 40 */
+    pl_max_snaps = tc_full() ? LONG_MAX : tc_scaled(150, 5);
     pl_stride = tc_full() ? 1 : 3 + (long)tc_below(&pl_rng, 5);
     pl_nsnaps = 0;
     pl_writes = 0;
     pl_committed = 0;
-    uint64_t ntx = (uint64_t)tc_scaled(40, 4);
+    uint64_t ntx = tc_full() ? 300 : (uint64_t)tc_scaled(40, 4);
     pthread_mutex_lock(&pl_mu);
     pl_on = 1;
     pthread_mutex_unlock(&pl_mu);
@@ -1058,10 +1073,10 @@ static void power_loss(void)
     int bad_snaps = 0;
     for (int k = 0; k < pl_nsnaps; k++) {
         char m[700], l[720], what[64];
-        snprintf(m, sizeof m, "%s/snap%03d", t.dir, k);
-        snprintf(l, sizeof l, "%s/snap%03d-log", t.dir, k);
+        snprintf(m, sizeof m, "%s/snap%05d", t.dir, k);
+        snprintf(l, sizeof l, "%s/snap%05d-log", t.dir, k);
         snprintf(what, sizeof what, "cut %d (after commit %" PRIu64 ")", k,
-                 pl_snap_committed[k]);
+                 pl_cuts[k].committed);
         c = tc_open(m, QS_OPEN_WRITE, 1, 0, 0, &rc);
         int bad = 0;
         if (!c) {
@@ -1089,7 +1104,7 @@ static void power_loss(void)
                 bad++;
             }
             qs_free(v);
-            uint64_t lo = pl_snap_committed[k];
+            uint64_t lo = pl_cuts[k].committed;
             if (j < lo || j > lo + 1) {
                 printf("  %s: the casket holds transaction %" PRIu64 "\n",
                        what, j);
@@ -1556,12 +1571,12 @@ static void bg_verify_snaps(bg_run_ctx *x, const bg_model *m)
     for (; x->verified < pl_nsnaps; x->verified++) {
         int k = x->verified;
         char sm[700], sl[720], what[260];
-        snprintf(sm, sizeof sm, "%s/snap%03d", x->dir, k);
-        snprintf(sl, sizeof sl, "%s/snap%03d-log", x->dir, k);
+        snprintf(sm, sizeof sm, "%s/snap%05d", x->dir, k);
+        snprintf(sl, sizeof sl, "%s/snap%05d-log", x->dir, k);
         snprintf(what, sizeof what, "cut %d (sync %s%s, after a %s, in transaction %" PRIu64
                  ", committed %" PRIu64 ", durable %" PRIu64 ")", k, x->sync ? "on" : "off",
-                 x->tiny ? ", tiny cache" : "", pl_snap_write[k], pl_snap_started[k],
-                 pl_snap_committed[k], pl_snap_floor[k]);
+                 x->tiny ? ", tiny cache" : "", pl_cuts[k].write, pl_cuts[k].started,
+                 pl_cuts[k].committed, pl_cuts[k].floor);
         int rc, bad = 0;
         char rm[760], rl[780];
         int keep = getenv("QS_TEST_KEEP_BAD") != NULL;
@@ -1574,7 +1589,7 @@ static void bg_verify_snaps(bg_run_ctx *x, const bg_model *m)
         /* even cuts reopen read-write (recovery, then a checkpoint into
          * the copy), odd ones read-only (recovery in memory only) */
         qs_casket *c = tc_open(sm, k % 2 ? QS_OPEN_READ : QS_OPEN_WRITE, 1, 0, 0, &rc);
-        if (!c && rc == QS_NOTCASKET && pl_snap_started[k] == 0) {
+        if (!c && rc == QS_NOTCASKET && pl_cuts[k].started == 0) {
             /* cut while qs_open created the casket, before its first sync:
              * there never was a casket */
         } else if (!c) {
@@ -1582,8 +1597,8 @@ static void bg_verify_snaps(bg_run_ctx *x, const bg_model *m)
             bad++;
         } else {
             int j = bg_last(c);
-            int lo = (int)(x->sync ? pl_snap_committed[k] : pl_snap_floor[k]);
-            int hi = (int)pl_snap_started[k];
+            int lo = (int)(x->sync ? pl_cuts[k].committed : pl_cuts[k].floor);
+            int hi = (int)pl_cuts[k].started;
             if (j < 0 || j < lo || j > hi || (j > 0 && !m->tx[j].status)) {
                 printf("  %s: the casket holds transaction %d (want %d..%d, committed)\n",
                        what, j, lo, hi);
@@ -1728,7 +1743,7 @@ static void bg_power_loss(int sync, int tiny)
     if (pl_stride_log < 1 || tc_full())
         pl_stride_log = 1;
     if (tc_full())
-        pl_max_snaps = PL_SNAPS;
+        pl_max_snaps = LONG_MAX;   /* every write */
     pl_commit_cuts = 0;
     pl_off_main = (long)tc_below(&pl_rng, (uint64_t)pl_stride_main);
     pl_off_log = (long)tc_below(&pl_rng, (uint64_t)pl_stride_log);
