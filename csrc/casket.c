@@ -777,7 +777,8 @@ int qs_close(qs_casket *c)
          * inherited, and its threads' mutexes may have been held at the
          * fork: release our descriptors and memory (casket_free only
          * unmaps the region), touch nothing else. */
-        pg_close(&c->pg);
+        if (!atomic_load(&c->closed))
+            pg_close(&c->pg);   /* a shut-down handle's pager is gone */
         casket_free(c);
         return 0;
     }

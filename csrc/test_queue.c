@@ -1470,12 +1470,20 @@ static void processes_fork(void)
     qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
     REQUIRE_RC(rc, 0);
     CHECK_RC(qput(c, "f", "x", NULL), 0);
+    /* a handle shut down before the fork, freed only afterwards (as a
+     * garbage collector does) in the child and in the parent */
+    qs_casket *gone = open_q(t.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (gone)
+        CHECK_RC(qs_shutdown(gone), 0);
     CHECK_RC(qs_begin(c), 0);
     CHECK_RC(qput(c, "f", "uncommitted", NULL), 0);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         int bad = 0;
+        if (gone)
+            bad += qs_close(gone) != 0;
         uint64_t n;
         bad += qs_queue_len(c, "f", 1, &n) != QS_FORKED;
         bad += qput(c, "f", "child", NULL) != QS_FORKED;
@@ -1498,6 +1506,8 @@ static void processes_fork(void)
     int status;
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (gone)
+        qs_close(gone);
     CHECK_RC(qs_commit(c), 0);
     CHECK(qlen(c, "f") == 2);
     CHECK(get_is(c, "f", "x", 0));
