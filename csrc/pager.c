@@ -902,14 +902,22 @@ int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
     return 0;
 }
 
-static void forget_cached(void *ctx, uint32_t pgno)
+/* A page another handle changed: a cached image is replaced by the new
+ * one when the scan has it (and it checks out), else dropped. */
+static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
 {
     pager *p = ctx;
     uint64_t v;
-    if (hm_get(&p->cache, pgno, &v)) {
-        hm_del(&p->cache, pgno);
-        buf_drop(p, as_buf(v));
+    if (!hm_get(&p->cache, pgno, &v))
+        return;
+    pg_buf *b = as_buf(v);
+    if (page && page_verify(page, pgno) == 0) {
+        memcpy(b->data, page, PG_SIZE);
+        b->checked = 0;     /* the tree checks its structure again */
+        return;
     }
+    hm_del(&p->cache, pgno);
+    buf_drop(p, b);
 }
 
 int pg_refresh(pager *p, uint64_t salt, uint64_t end)
@@ -953,7 +961,8 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
     }
     if (end > p->log_end) {
         wal_recovery rec;
-        rc = wal_scan(&p->log, &p->logidx, p->log_end, end, p->meta.txn, &rec, forget_cached, p);
+        rc = wal_scan(&p->log, &p->logidx, p->log_end, end, p->meta.txn, 1, &rec, forget_cached,
+                      p);
         if (rc)
             return rc;
         if (!rec.found_commit || rec.end != end)
@@ -976,7 +985,7 @@ int pg_adopt(pager *p, int *found)
         return errno;
     p->log.alloc = (uint64_t)st.st_size;
     wal_recovery rec;
-    int rc = wal_scan(&p->log, &p->logidx, p->log_end, (uint64_t)st.st_size, p->meta.txn, &rec,
+    int rc = wal_scan(&p->log, &p->logidx, p->log_end, (uint64_t)st.st_size, p->meta.txn, 0, &rec,
                       forget_cached, p);
     if (rc == 0 && rec.found_commit) {
         p->meta = rec.meta;

@@ -219,13 +219,14 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
     struct stat st;
     if (fstat(w->fd, &st) != 0)
         return errno;
-    int rc = wal_scan(w, idx, PG_SIZE, (uint64_t)st.st_size, w->base_txn, rec, NULL, NULL);
+    int rc = wal_scan(w, idx, PG_SIZE, (uint64_t)st.st_size, w->base_txn, 0, rec, NULL, NULL);
     w->alloc = (uint64_t)st.st_size;
     return rc;
 }
 
-int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn,
-             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno), void *ctx)
+int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
+             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
+             void *ctx)
 {
     memset(rec, 0, sizeof *rec);
     rec->end = from;
@@ -251,12 +252,15 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
             break;
         uint32_t pgno = rd32(page + TR_PGNO);
         uint64_t txn = rd64(page + TR_TXN);
-        if (page_verify(page, pgno) != 0 || pgno == 0 || rd64(page + TR_SALT) != w->salt ||
+        if ((!trusted && page_verify(page, pgno) != 0) || pgno == 0 ||
+            rd64(page + TR_SALT) != w->salt ||
             txn <= last_txn || (pend.n > 0 && txn != cur_txn))
             break;
         cur_txn = txn;
         if ((rc = pending_add(&pend, pgno, off)) != 0)
             break;
+        if (trusted && on_page)
+            on_page(ctx, pgno, page);
         off += len;
         if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
             if (rd32(page + TR_NFRAMES) != pend.n)
@@ -264,8 +268,8 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
             for (size_t j = 0; j < pend.n && rc == 0; j++) {
                 if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0)
                     rc = QS_NOMEM;
-                else if (on_page)
-                    on_page(ctx, pend.pgno[j]);
+                else if (on_page && !trusted)
+                    on_page(ctx, pend.pgno[j], NULL);
             }
             if (rc)
                 break;

@@ -43,11 +43,16 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec);
 /* The scan wal_recover makes, over [from, size) of the file, counting only
  * transactions numbered above last_txn: committed frames go into idx, and
  * on_page (if not NULL) hears of each page a committed transaction
- * changed.  rec->end stays at from when nothing after it is committed.
- * Used to catch up with commits another process made.  Returns 0,
- * QS_NOMEM or errno; frames after the last complete commit are ignored. */
-int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn,
-             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno), void *ctx);
+ * changed (page NULL).  rec->end stays at from when nothing after it is
+ * committed.  trusted: another handle published [from, size) as
+ * committed, so frame checksums are not checked here -- on_page then hears
+ * of every frame as it is read, with its image, and must verify an image
+ * it keeps (pages read later from the index are verified then).  Used to
+ * catch up with commits another process made.  Returns 0, QS_NOMEM or
+ * errno; frames after the last complete commit are ignored. */
+int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
+             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
+             void *ctx);
 
 /* Stamps the trailer of page (pgno, txn, generation, flags, and for a
  * commit frame nframes and meta) and its checksum.  Never fails. */
