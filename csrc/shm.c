@@ -344,6 +344,13 @@ static void res_repair(sh_region *r);
  * Its holder is named by slot and slot generation; a holder that died is
  * recognised by its slot's lock byte, which the kernel dropped, or by the
  * slot having been taken again, and the lock is taken over. */
+#define SPIN_NS 30000ull
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
 static int owner_gone(const sh_region *r, uint64_t owner)
 {
     uint32_t slot = (uint32_t)(owner & 0xffffffffu) - 1, gen = (uint32_t)(owner >> 32);
@@ -388,6 +395,16 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
         }
         if (owner == me)
             return QS_LOCKED;   /* cannot happen: the in-process lock is held */
+        /* Transactions are short: a holder that is running lets go within
+         * microseconds, sooner than a sleeper is woken (~50 us on these
+         * machines).  Measured with 4+4 processes on 2 CPUs: 0.82-0.85 M
+         * items/s with the spin, 0.57-0.59 M without. */
+        uint64_t spin_from = sh_now_ns();
+        while (atomic_load(&h->wowner) && sh_now_ns() - spin_from < SPIN_NS)
+            for (int i = 0; i < 32; i++)
+                cpu_relax();
+        if (!atomic_load(&h->wowner))
+            continue;
         uint64_t now = sh_now_ns();
         if (now >= deadline)
             return QS_LOCKED;
@@ -409,7 +426,7 @@ void sh_wunlock(sh_region *r)
     atomic_store(&h->wowner, 0);
     atomic_fetch_add(&h->wseq, 1);
     if (atomic_load(&h->wwaiters))
-        fwake(&h->wseq, INT_MAX);
+        fwake(&h->wseq, 1);
 }
 
 uint64_t sh_take_txn(sh_region *r, uint64_t floor)
