@@ -633,9 +633,15 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
             rc = errno;     /* do not leave a region beside nothing */
             goto fail;
         }
-        if ((rc = sh_open(&c->sh, sp, o.lock_timeout, &alone)) != 0)
+        rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
+        if (rc == EROFS && c->readonly) {
+            /* A read-only file system: nobody can write the casket, so
+             * there is nothing to coordinate with. */
+            rc = 0;
+        } else if (rc)
             goto fail;
-        c->shared = 1;
+        else
+            c->shared = 1;
     }
     int flags = O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR);
     if (o.mode >= QS_OPEN_CREATE)

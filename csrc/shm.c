@@ -556,6 +556,8 @@ static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull)
 
 const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id)
 {
+    if (!r->base)
+        return NULL;    /* a handle without a region (read-only media) */
     uint64_t k = qkey(qhash);
     size_t i = res_home2(id, k);
     for (size_t n = 0; n < SH_RES_CAP; n++, i = (i + 1) & (SH_RES_CAP - 1)) {
@@ -676,6 +678,11 @@ void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id)
 uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
 {
     struct sh_header *h = r->hdr;
+    if (!r->base) {
+        if (min_deadline_ns)
+            *min_deadline_ns = 0;
+        return 0;
+    }
     for (unsigned spins = 0;; spins++) {
         uint32_t s1 = atomic_load(&h->rseq);
         uint64_t n = 0, md = 0;

@@ -153,6 +153,8 @@ void sh_wake_all(sh_region *r);
 
 /* ---- reservations (all changes holding the write lock) -------------------------- */
 
+/* (sh_res_find and sh_res_count also answer, with nothing reserved, for a
+ * handle that has no region: read-only media.) */
 /* The entry of item id of queue qhash, or NULL.  (An id alone is not
  * enough: a published payload has the same id in each of its queues.) */
 const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id);
