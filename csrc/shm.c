@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define SH_MAGIC "qstshm\0\x01"
-#define SH_VERSION 1
+#define SH_VERSION 2
 #define BYTE_ATTACH 0
 #define BYTE_SLOT 16
 
@@ -30,10 +30,12 @@ struct sh_header {
     _Atomic uint64_t next_txn;
     _Atomic uint32_t wseq;          /* bumped at each write-lock release */
     _Atomic uint32_t wwaiters;
-    _Atomic uint32_t wpad;
     _Atomic uint64_t wowner;        /* the write lock: 0 free, else the holder's
                                        slot generation << 32 | slot + 1 */
-    _Atomic uint32_t ckpt;          /* slot + 1 of a checkpointer, 0 none */
+    _Atomic uint64_t ckpt;          /* the checkpointer, named as in wowner
+                                       (a slot alone may have been taken again
+                                       by a live newcomer), 0 none */
+    _Atomic uint32_t ckpt_seq;      /* bumped as each checkpoint ends */
     _Atomic uint32_t ckpt_waiters;
     uint32_t nres;                  /* reservation entries in use */
     _Atomic uint32_t bucket[SH_BUCKETS];
@@ -351,6 +353,12 @@ static void res_repair(sh_region *r);
 #define cpu_relax() atomic_thread_fence(memory_order_seq_cst)
 #endif
 
+/* How the write lock and the checkpoint guard name their holder. */
+static uint64_t holder_name(const sh_region *r)
+{
+    return (uint64_t)r->gen << 32 | (r->slot + 1);
+}
+
 static int owner_gone(const sh_region *r, uint64_t owner)
 {
     uint32_t slot = (uint32_t)(owner & 0xffffffffu) - 1, gen = (uint32_t)(owner >> 32);
@@ -365,7 +373,7 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
 {
     struct sh_header *h = r->hdr;
     uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
-    uint64_t me = (uint64_t)r->gen << 32 | (r->slot + 1);
+    uint64_t me = holder_name(r);
     uint64_t seen = 0, seen_since = 0;
     *holder_died = 0;
     for (;;) {
@@ -444,25 +452,29 @@ void sh_op_enter(sh_region *r)
 {
     struct sh_header *h = r->hdr;
     sh_slot *s = &r->slots[r->slot];
+    uint64_t me = holder_name(r);
     uint64_t since = 0;
     for (;;) {
+        uint32_t seq = atomic_load(&h->ckpt_seq);
         atomic_store(&s->in_op, 1);
-        uint32_t ck = atomic_load(&h->ckpt);
-        if (ck == 0 || ck == r->slot + 1)
+        uint64_t ck = atomic_load(&h->ckpt);
+        if (ck == 0 || ck == me)
             return;
         atomic_store(&s->in_op, 0);
         fwake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
         uint64_t now = sh_now_ns();
         if (!since)
             since = now;
-        else if (now - since > 500000000ull && ck - 1 < SH_SLOTS && !slot_alive(r, ck - 1)) {
-            /* its checkpointer died: the write lock is free, and the next
-             * writer would redo the checkpoint anyway */
+        /* A checkpoint takes milliseconds: only one that lasts is worth a
+         * look at its holder (a system call). */
+        if (now - since > 20000000ull && owner_gone(r, ck)) {
+            /* its checkpointer died: the write lock is free or being taken
+             * over, and the next writer redoes the checkpoint anyway */
             atomic_compare_exchange_strong(&h->ckpt, &ck, 0);
             continue;
         }
         atomic_fetch_add(&h->ckpt_waiters, 1);
-        fwait(&h->ckpt, ck, 0.005);
+        fwait(&h->ckpt_seq, seq, 0.005);
         atomic_fetch_sub(&h->ckpt_waiters, 1);
     }
 }
@@ -478,7 +490,7 @@ void sh_op_leave(sh_region *r)
 int sh_ckpt_begin(sh_region *r, double max_wait)
 {
     struct sh_header *h = r->hdr;
-    atomic_store(&h->ckpt, r->slot + 1);
+    atomic_store(&h->ckpt, holder_name(r));
     uint64_t deadline = sh_now_ns() + (uint64_t)(max_wait * 1e9);
     for (uint32_t i = 0; i < SH_SLOTS; i++) {
         if (i == r->slot)
@@ -503,8 +515,9 @@ void sh_ckpt_end(sh_region *r)
 {
     struct sh_header *h = r->hdr;
     atomic_store(&h->ckpt, 0);
+    atomic_fetch_add(&h->ckpt_seq, 1);
     if (atomic_load(&h->ckpt_waiters))
-        fwake(&h->ckpt, INT_MAX);
+        fwake(&h->ckpt_seq, INT_MAX);
 }
 
 /* ---- wake-ups ---------------------------------------------------------------- */

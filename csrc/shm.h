@@ -170,8 +170,8 @@ uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline
 /* Drops the queue's entries whose lease ended and those of handles that are
  * gone (checked at most every 100 ms unless force); returns how many. */
 uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force);
-/* Drops every entry held by our slot (closing); calls back with each
- * queue hash that lost one, so its readers can be woken. */
+/* Drops every entry held by our slot (closing) and wakes the readers of
+ * each queue that lost one. */
 void sh_res_drop_mine(sh_region *r);
 /* Whether sh_res_expire would look for dead holders now. */
 int sh_res_sweep_due(const sh_region *r);

@@ -267,7 +267,7 @@ static inline int tc_copy_file(const char *from, const char *to)
     return rc;
 }
 
-static qs_casket *tc_open(const char *path, int mode, int sync,
+static inline qs_casket *tc_open(const char *path, int mode, int sync,
                           uint64_t cache, uint64_t ckpt, int *rcout)
 {
     qs_options o;
