@@ -73,6 +73,11 @@ static double run(const char *dir, int threads, double seconds)
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     double rate = (double)atomic_load(&g_done) / (now_s() - t0);
+    qs_stat st;
+    if (getenv("GC_STATS") && qs_stat_get(g_casket, &st) == 0)
+        printf("  %d threads: %ld puts, %llu commits, %llu syncs, %llu checkpoints\n", threads,
+               atomic_load(&g_done), (unsigned long long)st.commits,
+               (unsigned long long)st.syncs, (unsigned long long)st.checkpoints);
     qs_close(g_casket);
     char aux[4200];
     unlink(path);

@@ -182,9 +182,9 @@ static void publish_shared(qs_casket *c)
  * in-process one, and brings the writer up to date: the newest commit, a
  * commit a writer that died holding the lock left unpublished, the log's
  * size, and a transaction number no other writer has used. */
-static int process_lock(qs_casket *c)
+static int process_lock(qs_casket *c, double timeout)
 {
-    int died, rc = sh_wlock(&c->sh, c->lock_timeout, &died);
+    int died, rc = sh_wlock(&c->sh, timeout, &died);
     if (rc)
         return rc;
     if ((rc = cs_view_lock(c)) == 0) {
@@ -223,15 +223,17 @@ static int process_lock(qs_casket *c)
 
 static void writer_release(qs_casket *c);
 
-static int writer_enter_opt(qs_casket *c, int wait);
+static int writer_enter_opt(qs_casket *c, int wait, double process_timeout);
 
 static int writer_enter(qs_casket *c)
 {
-    return writer_enter_opt(c, 1);
+    return writer_enter_opt(c, 1, c->lock_timeout);
 }
 
-/* wait 0: QS_LOCKED at once if another thread or process writes. */
-static int writer_enter_opt(qs_casket *c, int wait)
+/* wait 0: QS_LOCKED at once if another thread or process writes.  Another
+ * thread of this process is waited for without a limit; another process
+ * for process_timeout seconds. */
+static int writer_enter_opt(qs_casket *c, int wait, double process_timeout)
 {
     pthread_mutex_lock(&c->wmu);
     if (!wait && c->wbusy) {
@@ -248,11 +250,7 @@ static int writer_enter_opt(qs_casket *c, int wait)
     atomic_store(&c->owner, my_tid());
     pthread_mutex_unlock(&c->wmu);
     if (c->shared) {
-        double timeout = c->lock_timeout;
-        if (!wait)
-            c->lock_timeout = 0;
-        int rc = process_lock(c);
-        c->lock_timeout = timeout;
+        int rc = process_lock(c, wait ? process_timeout : 0);
         if (rc) {
             writer_release(c);
             return rc;
@@ -379,10 +377,13 @@ static int heal(qs_casket *c)
 }
 
 /* Commits the open transaction of the calling thread (which holds the write
- * lock) and releases the lock. */
-static int commit_and_leave(qs_casket *c)
+ * lock) and releases the lock, without waiting for the sync: *sync_lsn is
+ * then the log position to pass to group_sync, or 0 when nothing needs
+ * syncing (sync off, nothing written, or a checkpoint already synced it). */
+static int commit_release(qs_casket *c, uint64_t *sync_lsn)
 {
     int wrote = 0, sync = atomic_load(&c->sync);
+    *sync_lsn = 0;
     pthread_mutex_lock(&c->mu);
     int rc = pg_commit_prepare(&c->pg);
     pthread_mutex_unlock(&c->mu);
@@ -415,8 +416,15 @@ static int commit_and_leave(qs_casket *c)
         synced = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20)) == 0;
     writer_leave(c);
     if (wrote && sync && !synced)
-        rc = group_sync(c, lsn);
-    return rc;
+        *sync_lsn = lsn;
+    return 0;
+}
+
+static int commit_and_leave(qs_casket *c)
+{
+    uint64_t lsn;
+    int rc = commit_release(c, &lsn);
+    return rc == 0 && lsn ? group_sync(c, lsn) : rc;
 }
 
 static int do_begin(qs_casket *c)
@@ -479,6 +487,14 @@ void qs_set_sync(qs_casket *c, int on)
         atomic_store(&c->sync, on ? 1 : 0);
 }
 
+/* Results that refuse an operation without touching anything: they do not
+ * spoil the transaction the operation ran in. */
+static int refused(int rc)
+{
+    return rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
+           rc == QS_NOTRESERVED;
+}
+
 /* Runs fn in the writer's view: inside this thread's transaction, or as a
  * transaction of its own. */
 typedef cs_write_fn write_fn;
@@ -491,7 +507,7 @@ static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
     if (own && c->txn_error)
         return c->txn_error;
     if (!own) {
-        int rc = writer_enter_opt(c, wait);
+        int rc = writer_enter_opt(c, wait, c->lock_timeout);
         if (rc)
             return rc;
         if ((rc = heal(c)) != 0) {
@@ -507,8 +523,7 @@ static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
     c->version++;
     int trc = pg_trim(&c->pg, 1);
     pthread_mutex_unlock(&c->mu);
-    int refusal = rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
-                  rc == QS_NOTRESERVED;
+    int refusal = refused(rc);
     if (rc == 0 && trc)
         rc = trc;
     if (!own) {
@@ -533,6 +548,155 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
     return write_core(c, fn, arg, 1);
 }
 
+/* ---- grouped commits ----------------------------------------------------------
+ * A record operation outside a transaction is a transaction of its own.
+ * Threads that issue them at the same time queue here; the first in line
+ * leads: it takes the write lock once for everyone queued, applies their
+ * operations in queue order, commits them as one transaction (one log
+ * write), hands the lead to whoever queued meanwhile and syncs, while the
+ * next group is already being written.  Each operation's result is the
+ * same as if it had run alone at its place in the order: it is applied
+ * whole or refused, and committed (and synced) before its caller returns.
+ * Without this every operation passed the write lock from thread to
+ * thread (a sleeper takes ~50 us to wake on these machines), which capped
+ * 8 committing threads at ~3.2x one thread. */
+
+#define GROUP_MAX 128   /* operations per group: bounds a follower's wait */
+
+typedef struct group_req {
+    write_fn fn;
+    void *arg;
+    int rc;
+    int lead;           /* it is this request's turn to lead */
+    int done;           /* a leader applied it; rc is its result */
+    int spoiled;        /* the leader's own mark: it failed, leave it out */
+    double deadline;    /* when waiting for another process gives up */
+    pthread_cond_t cv;
+    struct group_req *next;
+} group_req;
+
+/* Applies the group's operations in one transaction (holding the write
+ * lock, mu held).  An operation that fails other than by refusing spoils
+ * the transaction: it is aborted, that operation gets its error, and the
+ * rest are applied again without it.  Returns whether any is left to
+ * commit. */
+static int apply_group(qs_casket *c, group_req *batch)
+{
+    for (;;) {
+        pg_begin(&c->pg);
+        bt_ctx bt = {&c->pg, 1, NS_USER};
+        group_req *spoiler = NULL;
+        int live = 0;
+        for (group_req *r = batch; r; r = r->next) {
+            if (r->spoiled)
+                continue;
+            r->rc = r->fn(c, &bt, r->arg);
+            c->version++;
+            int trc = pg_trim(&c->pg, 1);
+            if (r->rc == 0 && trc)
+                r->rc = trc;
+            if (r->rc && !refused(r->rc)) {
+                spoiler = r;
+                break;
+            }
+            live += r->rc == 0;
+        }
+        if (!spoiler)
+            return live;
+        spoiler->spoiled = 1;
+        pthread_mutex_unlock(&c->mu);
+        abort_locked(c);
+        pthread_mutex_lock(&c->mu);
+    }
+}
+
+/* Leads the group that starts with me (the queue's head). */
+static int lead_group(qs_casket *c, group_req *me)
+{
+    double left = me->deadline - cs_now();
+    int rc = writer_enter_opt(c, 1, left > 0 ? left : 0);
+    if (rc == 0 && (rc = heal(c)) != 0)
+        writer_leave(c);
+    /* Take the queue as it is now (me first); later arrivals form the
+     * next group.  When the lock could not be had, only I give up: the
+     * next in line tries with its own deadline. */
+    pthread_mutex_lock(&c->gmu);
+    group_req *batch = me, *last = me;
+    for (int n = 1; rc == 0 && last->next && n < GROUP_MAX; n++)
+        last = last->next;
+    c->ghead = last->next;
+    if (!c->ghead)
+        c->gtail = NULL;
+    last->next = NULL;
+    pthread_mutex_unlock(&c->gmu);
+
+    uint64_t lsn = 0;
+    int crc = rc;
+    if (rc == 0) {
+        pthread_mutex_lock(&c->mu);
+        int live = apply_group(c, batch);
+        pthread_mutex_unlock(&c->mu);
+        if (live)
+            crc = commit_release(c, &lsn);
+        else {
+            abort_locked(c);
+            writer_leave(c);
+        }
+    } else
+        me->rc = rc;
+
+    /* The next group may be written while this one syncs. */
+    pthread_mutex_lock(&c->gmu);
+    if (c->ghead) {
+        c->ghead->lead = 1;
+        pthread_cond_signal(&c->ghead->cv);
+    } else
+        c->gleader = 0;
+    pthread_mutex_unlock(&c->gmu);
+
+    if (crc == 0 && lsn)
+        crc = group_sync(c, lsn);
+    for (group_req *r = batch, *next; r; r = next) {
+        next = r->next;
+        if (rc == 0 && r->rc == 0)
+            r->rc = crc;
+        if (r == me)
+            continue;
+        pthread_mutex_lock(&c->gmu);
+        r->done = 1;
+        pthread_cond_signal(&r->cv);  /* r may be gone once we unlock */
+        pthread_mutex_unlock(&c->gmu);
+    }
+    return me->rc;
+}
+
+/* write_op for record operations: grouped with other threads' when run
+ * outside a transaction. */
+static int write_grouped(qs_casket *c, write_fn fn, void *arg)
+{
+    if (c->readonly)
+        return QS_READONLY;
+    if (i_own(c))
+        return write_op(c, fn, arg);
+    group_req me = {.fn = fn, .arg = arg, .deadline = cs_now() + c->lock_timeout};
+    pthread_cond_init(&me.cv, NULL);
+    pthread_mutex_lock(&c->gmu);
+    if (c->gtail)
+        c->gtail->next = &me;
+    else
+        c->ghead = &me;
+    c->gtail = &me;
+    if (!c->gleader)
+        c->gleader = me.lead = 1;
+    while (!me.lead && !me.done)
+        pthread_cond_wait(&me.cv, &c->gmu);
+    int led = me.lead && !me.done;
+    pthread_mutex_unlock(&c->gmu);
+    int rc = led ? lead_group(c, &me) : me.rc;
+    pthread_cond_destroy(&me.cv);
+    return rc;
+}
+
 /* ---- open and close ------------------------------------------------------- */
 
 /* The handle's mutexes and conditions (set up once its pager opened). */
@@ -541,6 +705,7 @@ static void destroy_sync(qs_casket *c)
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->smu);
+    pthread_mutex_destroy(&c->gmu);
     pthread_cond_destroy(&c->wcond);
     pthread_cond_destroy(&c->scond);
 }
@@ -687,6 +852,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wmu, NULL);
     pthread_mutex_init(&c->smu, NULL);
+    pthread_mutex_init(&c->gmu, NULL);
     pthread_cond_init(&c->wcond, NULL);
     pthread_cond_init(&c->scond, NULL);
     c->lsn_written = c->lsn_synced = PG_SIZE;
@@ -746,7 +912,7 @@ int qs_shutdown(qs_casket *c)
         abort_locked(c);
     int rc = 0, locked = !c->shared || busy;
     if (!locked && !c->readonly)
-        locked = process_lock(c) == 0;
+        locked = process_lock(c, c->lock_timeout) == 0;
     if (locked) {
         /* Our reservations go back to their queues; and the last handle
          * leaves the log one page long. */
@@ -1011,14 +1177,14 @@ static int do_put(qs_casket *c, const void *key, size_t klen, const void *val, s
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return rc ? rc : write_op(c, put_fn, &a);
+    return rc ? rc : write_grouped(c, put_fn, &a);
 }
 
 static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return rc ? rc : write_op(c, putkeep_fn, &a);
+    return rc ? rc : write_grouped(c, putkeep_fn, &a);
 }
 
 #define PEND_MAX_RECORDS (256u << 10)
@@ -1082,7 +1248,7 @@ static int do_putdup(qs_casket *c, const void *key, size_t klen, const void *val
         return pend_add(c, key, klen, val, vlen);
     }
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return write_op(c, putdup_fn, &a);
+    return write_grouped(c, putdup_fn, &a);
 }
 
 static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
@@ -1100,14 +1266,14 @@ static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64
     if (n == 0)
         return c->readonly ? QS_READONLY : 0;
     rec_args a = {.n = n, .keys = keys, .vals = vals, .koff = koff, .voff = voff};
-    return write_op(c, putdup_many_fn, &a);
+    return write_grouped(c, putdup_many_fn, &a);
 }
 
 static int do_out(qs_casket *c, const void *key, size_t klen)
 {
     int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
-    return rc ? rc : write_op(c, out_fn, &a);
+    return rc ? rc : write_grouped(c, out_fn, &a);
 }
 
 static int do_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
@@ -1115,7 +1281,7 @@ static int do_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *remo
     int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
     if (rc == 0)
-        rc = write_op(c, outlist_fn, &a);
+        rc = write_grouped(c, outlist_fn, &a);
     if (removed)
         *removed = rc == 0 ? a.count : 0;
     return rc;

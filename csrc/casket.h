@@ -32,6 +32,9 @@ struct qs_casket {
     uint64_t lsn_base;          /* log sequence of offset 0 of this generation */
     uint64_t lsn_written, lsn_synced;
     int syncing;
+    pthread_mutex_t gmu;        /* grouped commits (see write_grouped) */
+    struct group_req *ghead, *gtail;
+    int gleader;                /* some thread leads a group now */
     uint64_t version;           /* bumped whenever any view changes */
     atomic_int calls;           /* public calls in progress */
     atomic_int closed;          /* set by qs_shutdown: new calls refused */

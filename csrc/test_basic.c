@@ -1753,13 +1753,90 @@ static void threads_putdup(void)
     qs_stat st = stat_of(c);
     printf("  commits %" PRIu64 ", syncs %" PRIu64 "\n", st.commits,
            st.syncs);
-    CHECK(st.commits >= (uint64_t)(NWRITERS * per));
+    /* puts issued at once are committed in groups: at most one commit each */
+    CHECK(st.commits >= 1 && st.commits <= (uint64_t)(NWRITERS * per));
+    CHECK(st.syncs <= st.commits);
     CHECK_RC(check_ok(c), 0);
     CHECK_RC(qs_close(c), 0);
     c = open_mode(t.path, QS_OPEN_READ, &rc);
     REQUIRE_RC(rc, 0);
     CHECK(count_of(c, "shared", 6) == (uint64_t)(NWRITERS * per));
     CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+/* Operations issued at once by many threads are committed in groups;
+ * each must still get the result it would have had alone at its place in
+ * some order: of the threads racing to putkeep a key exactly one wins,
+ * of those racing to out it exactly one removes it. */
+#define NRACERS 8
+typedef struct {
+    qs_casket *c;
+    int nkeys;
+    int kept, keyexist, removed, notfound, other;
+    pthread_barrier_t *phase;   /* every putkeep ends before any out */
+} racer_arg;
+
+static void *racer_main(void *p)
+{
+    racer_arg *a = p;
+    char key[32];
+    for (int phase = 0; phase < 2; phase++) {
+        pthread_barrier_wait(a->phase);
+        for (int j = 0; j < a->nkeys; j++) {
+            int kl = snprintf(key, sizeof key, "race%05d", j);
+            int rc = phase == 0 ? qs_putkeep(a->c, key, (size_t)kl, &a, sizeof(void *))
+                                : qs_out(a->c, key, (size_t)kl);
+            if (rc == 0)
+                phase == 0 ? a->kept++ : a->removed++;
+            else if (phase == 0 && rc == QS_KEYEXIST)
+                a->keyexist++;
+            else if (phase == 1 && rc == QS_NOTFOUND)
+                a->notfound++;
+            else
+                a->other++;
+        }
+    }
+    return NULL;
+}
+
+static void threads_grouped_results(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    for (int sync = 0; sync < 2; sync++) {
+        qs_casket *c = tc_open(t.path, QS_OPEN_NEW, sync, 0, 0, &rc);
+        REQUIRE_RC(rc, 0);
+        int nkeys = (int)tc_scaled(sync ? 150 : 1500, 5);
+        pthread_barrier_t phase;
+        pthread_barrier_init(&phase, NULL, NRACERS);
+        racer_arg a[NRACERS];
+        pthread_t th[NRACERS];
+        for (int i = 0; i < NRACERS; i++) {
+            a[i] = (racer_arg){.c = c, .nkeys = nkeys, .phase = &phase};
+            REQUIRE(pthread_create(&th[i], NULL, racer_main, &a[i]) == 0);
+        }
+        int kept = 0, removed = 0, refused = 0, other = 0;
+        for (int i = 0; i < NRACERS; i++) {
+            pthread_join(th[i], NULL);
+            kept += a[i].kept;
+            removed += a[i].removed;
+            refused += a[i].keyexist + a[i].notfound;
+            other += a[i].other;
+        }
+        pthread_barrier_destroy(&phase);
+        qs_stat st = stat_of(c);
+        printf("  sync %d: %d keys, %" PRIu64 " commits for %d operations\n", sync, nkeys,
+               st.commits, 2 * NRACERS * nkeys);
+        CHECK(other == 0);
+        CHECK(kept == nkeys);
+        CHECK(removed == nkeys);
+        CHECK(refused == 2 * (NRACERS - 1) * nkeys);
+        CHECK(records_of(c) == 0);
+        CHECK_RC(check_ok(c), 0);
+        CHECK_RC(qs_close(c), 0);
+    }
     tc_tmp_remove(&t);
 }
 
@@ -2598,6 +2675,7 @@ int main(void)
     RUN(lock_other_process);
     RUN(txn_isolation_threads);
     RUN(threads_putdup);
+    RUN(threads_grouped_results);
     RUN(threads_txn_invariant);
     RUN(space_reuse);
     RUN(shutdown_semantics);
