@@ -124,6 +124,12 @@ int hm_del(hm_map *m, uint32_t key)
 
 void hm_clear(hm_map *m)
 {
+    /* A table a big transaction grew would otherwise stay big, and every
+     * later small commit walks the whole of it (hm_slot). */
+    if (m->cap > 1024 && m->len * 16 < m->cap) {
+        hm_free(m);
+        return;
+    }
     if (m->len)
         memset(m->keys, 0, m->cap * sizeof *m->keys);
     m->len = 0;

@@ -29,7 +29,8 @@ int hm_reserve(hm_map *m, size_t more);
 /* Removes key; returns 1 when it was present, else 0. */
 int hm_del(hm_map *m, uint32_t key);
 
-/* Removes everything but keeps the table's memory. */
+/* Removes everything.  Keeps the table's memory unless the table is much
+ * larger than what it held (then it is freed, and regrown on demand). */
 void hm_clear(hm_map *m);
 
 /* Releases the table; the map is empty and reusable afterwards. */
