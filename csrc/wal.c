@@ -299,7 +299,11 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth)
         chunk = 64u << 20;
     uint64_t target = end + chunk;
     target = (target + PG_SIZE - 1) / PG_SIZE * PG_SIZE;
-    size_t zlen = 1u << 20;
+    /* In pieces: the page cache keeps the folio size a write created, and
+     * every later small write into a large folio walks all its blocks (a
+     * 300-byte commit frame into a log zeroed by 1 MiB writes costs 1.2 us
+     * in the kernel, 0.4 us after 64 KiB ones; measured on ext4, 6.18). */
+    size_t zlen = 64u << 10;
     uint8_t *z = calloc(1, zlen);
     if (!z)
         return QS_NOMEM;
