@@ -333,9 +333,11 @@ static void expire(qs_casket *c, qq_queue *q)
 {
     if (cs_owns(c) && sh_res_expire(&c->sh, q->hash, 0))
         wake(c, q);
-    if (q->min_deadline > cs_now())
-        return;
+    if (isinf(q->min_deadline))
+        return;     /* no lease of ours runs (the usual case: skip the clock) */
     double now = cs_now();
+    if (q->min_deadline > now)
+        return;
     size_t w = 0;
     for (size_t i = 0; i < q->nm; i++)
         if ((q->m[i].flags & M_ACKED) || q->m[i].deadline > now)
@@ -345,21 +347,22 @@ static void expire(qs_casket *c, qq_queue *q)
     wake(c, q);
 }
 
-/* The open transaction's reservation of id under token, not yet acked. */
-static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
-{
-    size_t i = mark_lower(q, id);
-    if (i >= q->nm || q->m[i].id != id || q->m[i].token != token || (q->m[i].flags & M_ACKED))
-        return QS_NOTRESERVED;
-    *at = i;
-    return 0;
-}
-
+/* The open transaction's reservation change of id, whoever made it. */
 static int find_mark_any(const qq_queue *q, uint64_t id, size_t *at)
 {
     size_t i = mark_lower(q, id);
     if (i >= q->nm || q->m[i].id != id)
         return QS_NOTFOUND;
+    *at = i;
+    return 0;
+}
+
+/* The open transaction's reservation of id under token, not yet acked. */
+static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
+{
+    size_t i;
+    if (find_mark_any(q, id, &i) != 0 || q->m[i].token != token || (q->m[i].flags & M_ACKED))
+        return QS_NOTRESERVED;
     *at = i;
     return 0;
 }
@@ -926,7 +929,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 static int take_wait(qs_casket *c, take_args *a, double timeout)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
-    double deadline = timeout < 0 ? INFINITY : cs_now() + timeout;
+    double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
     a->hash = hash_bytes(a->key, a->klen);
     for (;;) {
         int rc = cs_write(c, take_fn, a);
