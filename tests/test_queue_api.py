@@ -113,6 +113,43 @@ def test_payload_not_bytes_like_is_type_error(casket, bad):
     assert queue_records(casket) == 0
 
 
+@pytest.mark.parametrize("n", [1023, 1024, 1025, 5000])
+def test_put_many_long_lists_mixed_payloads(casket, n):
+    """put_many packs long lists a chunk at a time: every kind of payload,
+    at every position across chunk edges, comes back whole and in order."""
+    def make(i: int):
+        body = b"%d:" % i + b"x" * (i % 37)
+        kind = i % 5
+        if kind == 1:
+            return bytearray(body)
+        if kind == 2:
+            return memoryview(body)
+        if kind == 3:
+            return memoryview(array("I", [i, i + 1]))   # 4-byte items
+        if kind == 4:
+            return body.decode()
+        return body
+
+    items = [make(i) for i in range(n)]
+    q = casket.queue("q")
+    assert q.put_many(items) == n
+    want = [bytes(x) if not isinstance(x, str) else x.encode() for x in items]
+    assert len(q) == n
+    assert q.get_many(n + 1) == want
+
+
+@pytest.mark.parametrize("at", [0, 1023, 1024, 2999])
+def test_put_many_long_list_bad_item_stores_nothing(casket, at):
+    items = [b"%d" % i for i in range(3000)]
+    items[at] = 12345
+    q = casket.queue("q")
+    q.put(b"before")
+    with pytest.raises(TypeError):
+        q.put_many(items)
+    assert len(q) == 1
+    assert q.get_many(10) == [b"before"]
+
+
 def test_str_payload_stored_as_utf8(casket):
     q = casket.queue("q")
     q.put("héllo wörld €")
