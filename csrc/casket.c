@@ -562,6 +562,9 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
  * 8 committing threads at ~3.2x one thread. */
 
 #define GROUP_MAX 128   /* operations per group: bounds a follower's wait */
+#ifndef GATHER_MAX_US
+#define GATHER_MAX_US 500
+#endif
 
 typedef struct group_req {
     write_fn fn;
@@ -570,6 +573,7 @@ typedef struct group_req {
     int lead;           /* it is this request's turn to lead */
     int done;           /* a leader applied it; rc is its result */
     int spoiled;        /* the leader's own mark: it failed, leave it out */
+    int handed;         /* the lead came from the previous leader */
     double deadline;    /* when waiting for another process gives up */
     pthread_cond_t cv;
     struct group_req *next;
@@ -610,9 +614,48 @@ static int apply_group(qs_casket *c, group_req *batch)
     }
 }
 
+static void pass_lead(qs_casket *c)
+{
+    pthread_mutex_lock(&c->gmu);
+    if (c->ghead) {
+        c->ghead->lead = c->ghead->handed = 1;
+        pthread_cond_signal(&c->ghead->cv);
+    } else
+        c->gleader = 0;
+    pthread_mutex_unlock(&c->gmu);
+}
+
 /* Leads the group that starts with me (the queue's head). */
+static void gather(qs_casket *c, group_req *me)
+{
+    pthread_mutex_lock(&c->gmu);
+    /* The last group's callers were woken as its sync ended and are about
+     * to queue again; those queued now came while it ran. */
+    int want = c->gprev + (me->handed ? c->gqueued : 0);
+    if (want > GROUP_MAX)
+        want = GROUP_MAX;
+    if (c->gprev > 1 && c->gqueued < want) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += GATHER_MAX_US * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        c->gwant = want;
+        while (c->gqueued < want)
+            if (pthread_cond_timedwait(&c->gcond, &c->gmu, &ts) != 0)
+                break;
+        c->gwant = 0;
+    }
+    pthread_mutex_unlock(&c->gmu);
+}
+
 static int lead_group(qs_casket *c, group_req *me)
 {
+    int sync = atomic_load(&c->sync);
+    if (sync)
+        gather(c, me);
     double left = me->deadline - cs_now();
     int rc = writer_enter_opt(c, 1, left > 0 ? left : 0);
     if (rc == 0 && (rc = heal(c)) != 0)
@@ -628,6 +671,11 @@ static int lead_group(qs_casket *c, group_req *me)
     if (!c->ghead)
         c->gtail = NULL;
     last->next = NULL;
+    int taken = 0;
+    for (group_req *r = batch; r; r = r->next)
+        taken++;
+    c->gqueued -= taken;
+    c->gprev = rc == 0 ? taken : 0;
     pthread_mutex_unlock(&c->gmu);
 
     uint64_t lsn = 0;
@@ -645,17 +693,9 @@ static int lead_group(qs_casket *c, group_req *me)
     } else
         me->rc = rc;
 
-    /* The next group may be written while this one syncs. */
-    pthread_mutex_lock(&c->gmu);
-    if (c->ghead) {
-        c->ghead->lead = 1;
-        pthread_cond_signal(&c->ghead->cv);
-    } else
-        c->gleader = 0;
-    pthread_mutex_unlock(&c->gmu);
-
     if (crc == 0 && lsn)
         crc = group_sync(c, lsn);
+    pass_lead(c);
     for (group_req *r = batch, *next; r; r = next) {
         next = r->next;
         if (rc == 0 && r->rc == 0)
@@ -686,6 +726,8 @@ static int write_grouped(qs_casket *c, write_fn fn, void *arg)
     else
         c->ghead = &me;
     c->gtail = &me;
+    if (++c->gqueued >= c->gwant && c->gwant)
+        pthread_cond_signal(&c->gcond);
     if (!c->gleader)
         c->gleader = me.lead = 1;
     while (!me.lead && !me.done)
@@ -706,6 +748,7 @@ static void destroy_sync(qs_casket *c)
     pthread_mutex_destroy(&c->wmu);
     pthread_mutex_destroy(&c->smu);
     pthread_mutex_destroy(&c->gmu);
+    pthread_cond_destroy(&c->gcond);
     pthread_cond_destroy(&c->wcond);
     pthread_cond_destroy(&c->scond);
 }
@@ -853,6 +896,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     pthread_mutex_init(&c->wmu, NULL);
     pthread_mutex_init(&c->smu, NULL);
     pthread_mutex_init(&c->gmu, NULL);
+    pthread_cond_init(&c->gcond, NULL);
     pthread_cond_init(&c->wcond, NULL);
     pthread_cond_init(&c->scond, NULL);
     c->lsn_written = c->lsn_synced = PG_SIZE;

@@ -35,6 +35,8 @@ struct qs_casket {
     pthread_mutex_t gmu;        /* grouped commits (see write_grouped) */
     struct group_req *ghead, *gtail;
     int gleader;                /* some thread leads a group now */
+    pthread_cond_t gcond;       /* a leader gathering waits for gwant queued */
+    int gqueued, gwant, gprev;  /* callers queued; size of the last group */
     uint64_t version;           /* bumped whenever any view changes */
     atomic_int calls;           /* public calls in progress */
     atomic_int closed;          /* set by qs_shutdown: new calls refused */
