@@ -307,7 +307,10 @@ static int group_sync(qs_casket *c, uint64_t lsn)
             /* Everything written so far, and at least what we wait for. */
             uint64_t target = c->lsn_written > lsn ? c->lsn_written : lsn;
             pthread_mutex_unlock(&c->smu);
+            double t0 = cs_now();
             rc = wal_sync(&c->pg.log);
+            __atomic_store_n(&c->last_sync_us, (int64_t)((cs_now() - t0) * 1e6),
+                             __ATOMIC_RELAXED);
             pthread_mutex_lock(&c->smu);
             c->syncing = 0;
             if (rc == 0 && target > c->lsn_synced)
@@ -562,6 +565,7 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
  * 8 committing threads at ~3.2x one thread. */
 
 #define GROUP_MAX 128   /* operations per group: bounds a follower's wait */
+#define GATHER_MIN_US 20
 #ifndef GATHER_MAX_US
 #define GATHER_MAX_US 500
 #endif
@@ -635,9 +639,19 @@ static void gather(qs_casket *c, group_req *me)
     if (want > GROUP_MAX)
         want = GROUP_MAX;
     if (c->gprev > 1 && c->gqueued < want) {
+        /* Bounded by the device: callers that take longer than a few syncs
+         * to come back are better served by the next group (a thread that
+         * writes now and then must not hold up one that writes all the
+         * time, and a device that syncs in microseconds must not wait
+         * hundreds of them). */
+        int64_t cap = 8 * __atomic_load_n(&c->last_sync_us, __ATOMIC_RELAXED);
+        if (cap < GATHER_MIN_US)
+            cap = GATHER_MIN_US;
+        if (cap > GATHER_MAX_US)
+            cap = GATHER_MAX_US;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += GATHER_MAX_US * 1000;
+        ts.tv_nsec += cap * 1000;
         if (ts.tv_nsec >= 1000000000) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;

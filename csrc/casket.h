@@ -32,6 +32,7 @@ struct qs_casket {
     uint64_t lsn_base;          /* log sequence of offset 0 of this generation */
     uint64_t lsn_written, lsn_synced;
     int syncing;
+    int64_t last_sync_us;       /* how long the last fdatasync of the log took */
     pthread_mutex_t gmu;        /* grouped commits (see write_grouped) */
     struct group_req *ghead, *gtail;
     int gleader;                /* some thread leads a group now */
