@@ -556,8 +556,9 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
  * Threads that issue them at the same time queue here; the first in line
  * leads: it takes the write lock once for everyone queued, applies their
  * operations in queue order, commits them as one transaction (one log
- * write), hands the lead to whoever queued meanwhile and syncs, while the
- * next group is already being written.  Each operation's result is the
+ * write and, with sync on, one fdatasync), then hands the lead to whoever
+ * queued meanwhile and wakes its group -- in that order, which gather()
+ * counts on.  Each operation's result is the
  * same as if it had run alone at its place in the order: it is applied
  * whole or refused, and committed (and synced) before its caller returns.
  * Without this every operation passed the write lock from thread to
@@ -629,7 +630,7 @@ static void pass_lead(qs_casket *c)
     pthread_mutex_unlock(&c->gmu);
 }
 
-/* Leads the group that starts with me (the queue's head). */
+/* With sync on, waits for the callers worth having in the next group. */
 static void gather(qs_casket *c, group_req *me)
 {
     pthread_mutex_lock(&c->gmu);
@@ -665,6 +666,7 @@ static void gather(qs_casket *c, group_req *me)
     pthread_mutex_unlock(&c->gmu);
 }
 
+/* Leads the group that starts with me (the queue's head). */
 static int lead_group(qs_casket *c, group_req *me)
 {
     int sync = atomic_load(&c->sync);
@@ -679,15 +681,13 @@ static int lead_group(qs_casket *c, group_req *me)
      * next in line tries with its own deadline. */
     pthread_mutex_lock(&c->gmu);
     group_req *batch = me, *last = me;
-    for (int n = 1; rc == 0 && last->next && n < GROUP_MAX; n++)
+    int taken = 1;
+    for (; rc == 0 && last->next && taken < GROUP_MAX; taken++)
         last = last->next;
     c->ghead = last->next;
     if (!c->ghead)
         c->gtail = NULL;
     last->next = NULL;
-    int taken = 0;
-    for (group_req *r = batch; r; r = r->next)
-        taken++;
     c->gqueued -= taken;
     c->gprev = rc == 0 ? taken : 0;
     pthread_mutex_unlock(&c->gmu);
