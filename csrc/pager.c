@@ -87,6 +87,10 @@ static int direct_write(pager *p, pg_buf **list, size_t n)
     free(pages);
     if (rc)
         return rc;
+    /* The device writes these while the transaction goes on: a big
+     * commit's sync then waits only for what was written last. */
+    os_write_behind(p->fd, (uint64_t)list[0]->pgno * PG_SIZE,
+                    (uint64_t)(list[n - 1]->pgno - list[0]->pgno + 1) * PG_SIZE);
     for (size_t i = 0; i < n; i++)
         list[i]->off = DIRECT;
     p->txn_direct += (uint32_t)n;
@@ -558,34 +562,44 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Writes about a quarter of the dirty pages (the least recently used) as
- * uncommitted frames and forgets them. */
+/* Writes about a quarter of the dirty pages as uncommitted frames (or, for
+ * pages new to the file, into the main file) and forgets them.  The victims
+ * are those not touched since the last spill, lowest page numbers first:
+ * the pages a growing tree allocated earliest, and runs of consecutive
+ * numbers that go out in few large writes (picked in hash order they went
+ * out one or two pages per write, and the device wrote them as scattered). */
 static int spill(pager *p)
 {
-    size_t want = p->dirty.len / 4 + 1, n = 0;
+    size_t want = p->dirty.len / 4 + 1, n = 0, ncand = 0;
     pg_buf **victims = malloc(want * sizeof *victims);
     uint8_t **pages = malloc(want * sizeof *pages);
+    pg_buf **cand = malloc(p->dirty.len * sizeof *cand);
     int rc = 0;
-    if (!victims || !pages) {
+    if (!victims || !pages || !cand) {
         rc = QS_NOMEM;
         goto out;
     }
-    for (size_t pass = 0; pass < 2 * p->dirty.cap && n < want; pass++) {
-        size_t i = p->dirty_hand;
-        p->dirty_hand = (p->dirty_hand + 1) & (p->dirty.cap - 1);
-        uint32_t k;
-        uint64_t v;
-        if (!hm_slot(&p->dirty, i, &k, &v))
-            continue;
-        pg_buf *b = as_buf(v);
-        if (b->ref && pass < p->dirty.cap) {
-            b->ref = 0;
-            continue;
+    uint32_t k;
+    uint64_t v;
+    for (size_t i = 0; i < p->dirty.cap; i++)
+        if (hm_slot(&p->dirty, i, &k, &v)) {
+            pg_buf *b = as_buf(v);
+            if (b->ref)
+                b->ref = 0;     /* a second chance */
+            else
+                cand[ncand++] = b;
         }
-        if (b->ref == 2)
-            continue;  /* already chosen */
-        b->ref = 2;
-        victims[n++] = b;
+    if (ncand < want) {
+        /* Mostly hot pages: every page is a candidate. */
+        ncand = 0;
+        for (size_t i = 0; i < p->dirty.cap; i++)
+            if (hm_slot(&p->dirty, i, &k, &v))
+                cand[ncand++] = as_buf(v);
+    }
+    qsort(cand, ncand, sizeof *cand, cmp_buf_pgno);
+    for (n = 0; n < want && n < ncand; n++) {
+        victims[n] = cand[n];
+        victims[n]->ref = 2;    /* chosen */
     }
     /* Frames are appended after the transaction's last one, in one write
      * (a page spilled again gets a new frame; recovery keeps the last). */
@@ -632,6 +646,7 @@ out:
         for (size_t i = 0; i < n; i++)
             if (victims[i])
                 victims[i]->ref = 1;
+    free(cand);
     free(victims);
     free(pages);
     return rc;

@@ -46,7 +46,7 @@ typedef struct pager {
     uint64_t log_end;           /* offset after the last committed frame */
     uint64_t main_pages;        /* pages present in the main file */
     size_t budget;              /* page buffers allowed (cache + dirty) */
-    size_t cache_hand, dirty_hand;
+    size_t cache_hand;
     uint64_t checkpoint_bytes;
     /* the writer's transaction */
     int in_txn;
