@@ -1005,17 +1005,28 @@ static int insert_impl(bt_ctx *c, bt_path *path, const bt_key *k, const void *va
         *kept = 1;
         return 0;
     }
-    static _Thread_local cellset s;
-    gather(pg, at, cell, size, &s);
-    uint32_t m = split_point(&s, at);
-    uint32_t newpg;
+    uint32_t newpg, nleft = ncells(pg);
     uint8_t *np;
-    if ((rc = pg_alloc(c->p, &newpg, &np)) != 0)
-        return rc;
-    if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
-        return rc;
-    fill(pg, PT_LEAF, &s, 0, m);
-    fill(np, PT_LEAF, &s, m, s.n);
+    if (at == nleft) {
+        /* Appending to a full leaf (a queue's right edge): it stays as it
+         * is and the new cell starts the right page -- what split_point
+         * chooses for an append, without copying the page out and back. */
+        if ((rc = pg_alloc(c->p, &newpg, &np)) != 0)
+            return rc;
+        node_init(np, PT_LEAF);
+        node_put(np, 0, cell, size);
+    } else {
+        static _Thread_local cellset s;
+        gather(pg, at, cell, size, &s);
+        uint32_t m = split_point(&s, at);
+        if ((rc = pg_alloc(c->p, &newpg, &np)) != 0)
+            return rc;
+        if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
+            return rc;
+        fill(pg, PT_LEAF, &s, 0, m);
+        fill(np, PT_LEAF, &s, m, s.n);
+        nleft = m;
+    }
     /* The separator is the right page's first key. */
     cellv first;
     parse_leaf(np, 0, &first);
@@ -1029,7 +1040,7 @@ static int insert_impl(bt_ctx *c, bt_path *path, const bt_key *k, const void *va
     free(tmp);
     if (rc)
         return rc;
-    return insert_in_parent(c, path, leaf - 1, path->pg[leaf], ncells(pg), newpg, ncells(np),
+    return insert_in_parent(c, path, leaf - 1, path->pg[leaf], nleft, newpg, ncells(np),
                             sep, sepsize);
 }
 
