@@ -1058,14 +1058,12 @@ int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, s
 }
 
 int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, uint32_t klen,
-                  uint64_t seq0, size_t n, uint8_t tag, const uint8_t *vals,
-                  const uint32_t *lens)
+                  uint64_t seq0, size_t n, uint8_t tag, bt_vals *vals)
 {
     bt_path path = *pathp;
     int valid = *validp && path.depth > 0, rc;
     size_t i = 0;
     *validp = 0;
-    const uint8_t *v = vals;
     uint8_t cell[MAX_CELL];
     while (i < n) {
         bt_key pk = {key, klen, seq0 + i};
@@ -1083,20 +1081,20 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
                 return rc;
             uint32_t at = (uint32_t)path.idx[leaf], added = 0;
             while (i < n) {
-                uint32_t size = L_DATA + klen + 1 + lens[i];
+                uint32_t vlen = bt_vals_len(vals), size = L_DATA + klen + 1 + vlen;
                 if (size > MAX_LOCAL)
                     break;
                 wr16(cell + L_KLEN, (uint16_t)klen);
                 wr16(cell + L_FLAGS, 0);
-                wr32(cell + L_VLEN, lens[i] + 1);
+                wr32(cell + L_VLEN, vlen + 1);
                 wr64(cell + L_SEQ, seq0 + i);
                 memcpy(cell + L_DATA, key, klen);
                 cell[L_DATA + klen] = tag;
-                if (lens[i])
-                    memcpy(cell + L_DATA + klen + 1, v, lens[i]);
+                if (vlen)
+                    memcpy(cell + L_DATA + klen + 1, bt_vals_data(vals), vlen);
                 if (!node_put(pg, at, cell, size))
                     break;
-                v += lens[i];
+                bt_vals_next(vals);
                 at++;
                 added++;
                 i++;
@@ -1113,19 +1111,20 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
         }
         /* A full leaf (split), an overflow value or an empty tree: the
          * general insert, then seek afresh unless it kept the path. */
-        uint8_t *one = malloc((size_t)lens[i] + 1);
+        uint32_t vlen = bt_vals_len(vals);
+        uint8_t *one = malloc((size_t)vlen + 1);
         if (!one)
             return QS_NOMEM;
         one[0] = tag;
-        if (lens[i])
-            memcpy(one + 1, v, lens[i]);
+        if (vlen)
+            memcpy(one + 1, bt_vals_data(vals), vlen);
         bt_key ik = {key, klen, seq0 + i};
         valid = 0;
-        rc = insert_impl(c, &path, &ik, one, (size_t)lens[i] + 1, &valid);
+        rc = insert_impl(c, &path, &ik, one, (size_t)vlen + 1, &valid);
         free(one);
         if (rc)
             return rc;
-        v += lens[i];
+        bt_vals_next(vals);
         i++;
     }
     *pathp = path;

@@ -342,6 +342,19 @@ int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
                       const void *vals, size_t vals_len, const uint32_t *lens,
                       uint64_t *first_id);
 
+/* qs_queue_put_many with the payloads framed: frames holds n records, each
+ * the byte QS_FRAME_BYTES, the payload's length as 4 bytes little-endian,
+ * then the payload, frames_len bytes in all.  This is the layout Python's
+ * marshal (format version 2) gives a list of bytes-like objects after its
+ * 5-byte list header, so a binding can pack a batch in one pass of C.
+ * Checks every record before changing anything: QS_INVAL when a record
+ * starts with another byte or the records do not exactly fill frames_len
+ * (nothing is stored: the caller may then pack the batch another way),
+ * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes. */
+enum { QS_FRAME_BYTES = 0x73 };   /* marshal's TYPE_STRING, "s" */
+int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
+                        const void *frames, size_t frames_len, uint64_t *first_id);
+
 /* Fan-out: stores the payload once and appends a reference to it, under one
  * id, to each of nnames queues (name i is names[noff[i] .. noff[i+1])).  The
  * payload's storage is freed when the last queue has consumed its reference.

@@ -662,8 +662,7 @@ typedef struct put_args {
     const uint8_t *key;
     uint32_t klen;
     size_t n;
-    const uint8_t *vals;
-    const uint32_t *lens;
+    bt_vals vals;
     uint64_t first_id;
 } put_args;
 
@@ -679,14 +678,11 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         return rc;
     uint64_t id = take_id(bt.p, a->n);
     a->first_id = id;
-    const uint8_t *v = a->vals;
+    bt_vals v = a->vals;
     int valid = q->tail_ok && q->tail_mods == c->queues->mods;
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
-        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, v,
-                           a->lens + i);
-        for (size_t j = 0; j < k; j++)
-            v += a->lens[i + j];
+        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, &v);
         if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
     }
@@ -715,13 +711,15 @@ static int check_vals(size_t n, const void *vals, size_t vals_len, const uint32_
     return total == vals_len ? 0 : QS_INVAL;
 }
 
-static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
-                       size_t vals_len, const uint32_t *lens, uint64_t *first_id)
+/* Appends n values whose check returned `checked` (a bad name is reported
+ * first, then a bad value). */
+static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_vals vals,
+                      int checked, uint64_t *first_id)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
     if (rc == 0)
-        rc = check_vals(n, vals, vals_len, lens);
+        rc = checked;
     if (rc)
         return rc;
     if (n == 0) {
@@ -729,11 +727,47 @@ static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
             *first_id = 0;
         return 0;
     }
-    put_args a = {key, (uint32_t)nlen + 1, n, vals, lens, 0};
+    put_args a = {key, (uint32_t)nlen + 1, n, vals, 0};
     rc = cs_write(c, put_fn, &a);
     if (rc == 0 && first_id)
         *first_id = a.first_id;
     return rc;
+}
+
+static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                       size_t vals_len, const uint32_t *lens, uint64_t *first_id)
+{
+    bt_vals v = {vals, lens};
+    return put_values(c, name, nlen, n, v, check_vals(n, vals, vals_len, lens), first_id);
+}
+
+/* n frames, each led by QS_FRAME_BYTES, exactly filling len bytes; none
+ * too big. */
+static int check_frames(size_t n, const uint8_t *frames, size_t len)
+{
+    if (!frames && len)
+        return QS_INVAL;
+    bt_vals v = {frames, NULL};
+    size_t left = len;
+    for (size_t i = 0; i < n; i++) {
+        if (left < BT_FRAME_HDR || v.p[0] != QS_FRAME_BYTES)
+            return QS_INVAL;
+        uint32_t vlen = bt_vals_len(&v);
+        if (vlen > left - BT_FRAME_HDR)
+            return QS_INVAL;
+        if (vlen > (uint64_t)QS_MAX_VALUE - 1)
+            return QS_TOOBIG;
+        left -= BT_FRAME_HDR + vlen;
+        bt_vals_next(&v);
+    }
+    return left == 0 ? 0 : QS_INVAL;
+}
+
+static int do_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
+                         const void *frames, size_t frames_len, uint64_t *first_id)
+{
+    bt_vals v = {frames, NULL};
+    return put_values(c, name, nlen, n, v, check_frames(n, frames, frames_len), first_id);
 }
 
 static int do_put(qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen,
@@ -1298,6 +1332,7 @@ static int do_records(qs_casket *c, uint64_t *count)
 
 COUNTED(qs_queue_put, (qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen, uint64_t *id), c, c, do_put, (c, name, nlen, val, vlen, id))
 COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, size_t vals_len, const uint32_t *lens, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, vals_len, lens, first_id))
+COUNTED(qs_queue_put_framed, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames, size_t frames_len, uint64_t *first_id), c, c, do_put_framed, (c, name, nlen, n, frames, frames_len, first_id))
 COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
 COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
 COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))

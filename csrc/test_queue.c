@@ -1042,6 +1042,78 @@ static void listing(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_put_framed: the payloads of well-formed frames (empty, small
+ * and leaf-overflowing ones) come back whole and in order; every kind of
+ * damaged framing is QS_INVAL with nothing stored. */
+static size_t put_frame(unsigned char *at, const unsigned char *val, uint32_t len)
+{
+    at[0] = QS_FRAME_BYTES;
+    for (int b = 0; b < 4; b++)
+        at[1 + b] = (unsigned char)(len >> (8 * b));
+    if (len)
+        memcpy(at + 5, val, len);
+    return 5 + (size_t)len;
+}
+
+static void put_framed(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+
+    uint32_t sizes[] = {3, 0, 36, 999, 1000, 70000, 1};
+    size_t ns = sizeof sizes / sizeof sizes[0], len = 0, start[8];
+    unsigned char *val = malloc(70000), *frames = malloc(ns * 5 + 80000);
+    REQUIRE(val && frames);
+    for (size_t i = 0; i < ns; i++) {
+        fill_val(val, sizes[i], i);
+        start[i] = len;
+        len += put_frame(frames + len, val, sizes[i]);
+    }
+    /* damaged: nothing stored, the queue never comes to exist */
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns + 1, frames, len, NULL), QS_INVAL);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns - 1, frames, len, NULL), QS_INVAL);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns, frames, len - 1, NULL), QS_INVAL);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns, frames, 4, NULL), QS_INVAL);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, 1, NULL, 8, NULL), QS_INVAL);
+    frames[start[3]] = 'u';             /* a str, as marshal writes it */
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns, frames, len, NULL), QS_INVAL);
+    frames[start[3]] = QS_FRAME_BYTES;
+    frames[1 + 3] = 0x80;               /* the first length overruns */
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns, frames, len, NULL), QS_INVAL);
+    frames[1 + 3] = 0;
+    CHECK_RC(qs_queue_put_framed(c, "", 0, ns, frames, len, NULL), QS_INVAL);
+    CHECK(qrecords(c) == 0);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, 0, NULL, 0, NULL), 0);
+    CHECK(qrecords(c) == 0);
+
+    uint64_t first = 0, before;
+    CHECK_RC(qput(c, "f", "before", &before), 0);
+    CHECK_RC(qs_queue_put_framed(c, "f", 1, ns, frames, len, &first), 0);
+    CHECK(first == before + 1);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_q(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(qlen(c, "f") == ns + 1);
+    CHECK(get_is(c, "f", "before", before));
+    qs_items *it = NULL;
+    REQUIRE_RC(qs_queue_get(c, "f", 1, 100, 0, &it), 0);
+    CHECK(it->count == ns);
+    for (size_t i = 0; i < ns && i < it->count; i++) {
+        CHECK(it->ids[i] == first + i);
+        CHECK(val_ok(it->data + it->off[i], (size_t)(it->off[i + 1] - it->off[i]), sizes[i], i));
+    }
+    qs_items_free(it);
+    CHECK_RC(qs_close(c), 0);
+    free(val);
+    free(frames);
+    tc_tmp_remove(&t);
+}
+
 static void big_payloads(void)
 {
     tc_tmp t;
@@ -1582,6 +1654,7 @@ int main(void)
     RUN(bad_arguments);
     RUN(listing);
     RUN(big_payloads);
+    RUN(put_framed);
     RUN(large_batch);
     RUN(threads_wake);
     RUN(processes_reservations);

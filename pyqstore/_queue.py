@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import marshal
 import pickle
 import struct
 import threading
@@ -26,6 +27,7 @@ _NOTFOUND = lib.QS_NOTFOUND
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put = lib.qs_queue_put
+_qs_put_framed = lib.qs_queue_put_framed
 _qs_get = lib.qs_queue_get
 _qs_items_free = lib.qs_items_free
 _unpack = ffi.unpack
@@ -144,6 +146,24 @@ def _encoded(codec: Codec, obj: Any) -> bytes:
 
 
 _CHUNK = 1024
+
+
+_LIST_HDR = 5       # marshal's list header: "[", then the count as 4 bytes
+
+
+def _framed(items: list[Any]) -> Optional[bytes]:
+    """The payloads as qs_queue_put_framed takes them, packed in one pass of
+    C: marshal (format 2, which has no back-references) writes a list as its
+    header and then each bytes-like item as "s", its length in 4 bytes
+    little-endian and its bytes; a str or any other item gets another
+    leading byte, which the C call refuses (QS_INVAL, nothing stored).
+    None when marshal cannot write the list at all (an unmarshallable item,
+    a payload of 2 GiB or more, a list subclass)."""
+    try:
+        framed = marshal.dumps(items, 2)
+    except ValueError:
+        return None
+    return framed if framed[0] == 0x5B else None     # "[": a list
 
 
 def _pack(items: list[Any]) -> tuple[bytes, array]:
@@ -310,19 +330,15 @@ class Queue:
         if n == 0:
             return 0
         k = self._key
-        try:
-            data, lens = _pack(items)
-        except TypeError:
-            data = None
-        if data is not None:
-            rc = lib.qs_queue_put_many(self._c, k, self._klen, n, data, len(data),
-                                       ffi.from_buffer("uint32_t[]", lens), ffi.NULL)
+        framed = _framed(items)
+        if framed is not None:
+            rc = _qs_put_framed(self._c, k, self._klen, n, ffi.from_buffer(framed) + _LIST_HDR,
+                                len(framed) - _LIST_HDR, ffi.NULL)
             if rc != _INVAL:
                 if rc:
                     self._raise(rc, "put_many")
                 return n
-        # Not all bytes/bytearray: str, memoryviews of wider items, or a bad
-        # item (raises TypeError naming it).
+        # Not all bytes-like: str, or a bad item (raises TypeError naming it).
         data, lens = _pack([_raw_payload(p) for p in items])
         rc = lib.qs_queue_put_many(self._c, k, self._klen, n, data, len(data),
                                    ffi.from_buffer("uint32_t[]", lens), ffi.NULL)

@@ -10,6 +10,8 @@ import time
 from array import array
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pyqstore
 from pyqstore._qstore import ffi, lib
@@ -115,8 +117,9 @@ def test_payload_not_bytes_like_is_type_error(casket, bad):
 
 @pytest.mark.parametrize("n", [1023, 1024, 1025, 5000])
 def test_put_many_long_lists_mixed_payloads(casket, n):
-    """put_many packs long lists a chunk at a time: every kind of payload,
-    at every position across chunk edges, comes back whole and in order."""
+    """A list with str in it is refused by the framed call and packed a
+    chunk at a time instead: every kind of payload, at every position across
+    chunk edges, comes back whole and in order."""
     def make(i: int):
         body = b"%d:" % i + b"x" * (i % 37)
         kind = i % 5
@@ -136,6 +139,112 @@ def test_put_many_long_lists_mixed_payloads(casket, n):
     want = [bytes(x) if not isinstance(x, str) else x.encode() for x in items]
     assert len(q) == n
     assert q.get_many(n + 1) == want
+
+
+def _count_framed_calls(monkeypatch) -> list[int]:
+    """Make put_many's framed C call record its return codes."""
+    import pyqstore._queue as qmod
+
+    real = qmod._qs_put_framed
+    rcs: list[int] = []
+
+    def counted(*args):
+        rc = real(*args)
+        rcs.append(rc)
+        return rc
+
+    monkeypatch.setattr(qmod, "_qs_put_framed", counted)
+    return rcs
+
+
+@pytest.mark.parametrize("n", [1, 1024, 5000])
+def test_put_many_bytes_like_lists_go_in_one_framed_call(casket, monkeypatch, n):
+    """The fast path is real: a list of bytes-like payloads (of any buffer
+    format, empty ones and ones too big for a leaf among them) is packed by
+    marshal and stored by one qs_queue_put_framed call that accepts it.  If a
+    Python release changed marshal's layout, this fails instead of put_many
+    silently taking the slow path."""
+    rcs = _count_framed_calls(monkeypatch)
+
+    def make(i: int):
+        body = b"%d:" % i + b"y" * (i % 41)
+        return [body, bytearray(body), memoryview(body)[1:], b"",
+                memoryview(array("H", [i, 7, 9])), b"z" * 3000][i % 6]
+
+    items = [make(i) for i in range(n)]
+    q = casket.queue("q")
+    assert q.put_many(items) == n
+    assert rcs == [0]
+    assert q.get_many(n + 1) == [bytes(x) for x in items]
+
+
+def test_put_many_with_str_falls_back_after_one_refused_framed_call(casket, monkeypatch):
+    rcs = _count_framed_calls(monkeypatch)
+    q = casket.queue("q")
+    assert q.put_many([b"a", "b", b"c"]) == 3
+    assert rcs == [lib.QS_INVAL]
+    assert q.get_many(5) == [b"a", b"b", b"c"]
+
+
+def _parse_frames(buf: bytes, n: int):
+    """The reference reading of qs_queue_put_framed's input: the n payloads,
+    or None when buf is not exactly n well-formed records."""
+    out, at = [], 0
+    for _ in range(n):
+        if len(buf) - at < 5 or buf[at] != lib.QS_FRAME_BYTES:
+            return None
+        size = int.from_bytes(buf[at + 1:at + 5], "little")
+        if size > len(buf) - at - 5:
+            return None
+        out.append(buf[at + 5:at + 5 + size])
+        at += 5 + size
+    return out if at == len(buf) else None
+
+
+_framing_case = st.tuples(
+    st.lists(st.binary(max_size=1200), max_size=12),
+    st.sampled_from(["none", "byte", "length", "cut", "extra", "n+1", "n-1"]),
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=0, max_value=255),
+)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=_framing_case)
+def test_put_framed_stores_exactly_well_formed_input(casket, case):
+    """Every record is checked before anything is stored: damaged framing
+    (a wrong leading byte, a length that overruns or leaves bytes over, a
+    wrong count) is QS_INVAL with the queue unchanged, and whatever reads as
+    n good records is stored as exactly those payloads."""
+    payloads, damage, where, byte = case
+    buf = bytearray(b"".join(b"s" + len(p).to_bytes(4, "little") + p for p in payloads))
+    n = len(payloads)
+    if damage == "byte" and buf:
+        buf[where % len(buf)] = byte
+    elif damage == "length" and buf:
+        at = where % len(buf)
+        buf[at:at + 4] = (where * 7919 & 0xFFFFFFFF).to_bytes(4, "little")[:len(buf) - at]
+    elif damage == "cut" and buf:
+        del buf[where % len(buf):]
+    elif damage == "extra":
+        buf += bytes([byte])
+    elif damage == "n+1":
+        n += 1
+    elif damage == "n-1" and n:
+        n -= 1
+    buf = bytes(buf)
+    q = casket.queue("f")
+    q.clear()
+    want = _parse_frames(buf, n)
+    rc = lib.qs_queue_put_framed(casket._c, b"f", 1, n, buf, len(buf), ffi.NULL)
+    if want is None:
+        assert rc == lib.QS_INVAL
+        assert len(q) == 0
+    else:
+        assert rc == 0
+        assert q.get_many(n + 1) == want
+    assert queue_records(casket) == 0
 
 
 @pytest.mark.parametrize("at", [0, 1023, 1024, 2999])
