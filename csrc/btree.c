@@ -1057,29 +1057,28 @@ int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, s
     return insert_impl(c, path, k, val, vlen, kept);
 }
 
-int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, uint32_t klen,
+int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uint32_t klen,
                   uint64_t seq0, size_t n, uint8_t tag, bt_vals *vals)
 {
-    bt_path path = *pathp;
-    int valid = *validp && path.depth > 0, rc;
+    int valid = *validp && path->depth > 0, rc;
     size_t i = 0;
     *validp = 0;
     uint8_t cell[MAX_CELL];
     while (i < n) {
         bt_key pk = {key, klen, seq0 + i};
         if (!valid) {
-            if ((rc = bt_seek(c, &pk, &path)) != 0 && rc != QS_NOTFOUND)
+            if ((rc = bt_seek(c, &pk, path)) != 0 && rc != QS_NOTFOUND)
                 return rc;
             valid = 1;
         }
-        if (path.depth > 0) {
+        if (path->depth > 0) {
             /* Fill the leaf with cells built in place, then add to the
              * counts above it once. */
-            int leaf = path.depth - 1;
+            int leaf = path->depth - 1;
             uint8_t *pg;
-            if ((rc = path_write(c, &path, leaf, &pg)) != 0)
+            if ((rc = path_write(c, path, leaf, &pg)) != 0)
                 return rc;
-            uint32_t at = (uint32_t)path.idx[leaf], added = 0;
+            uint32_t at = (uint32_t)path->idx[leaf], added = 0;
             while (i < n) {
                 uint32_t vlen = bt_vals_len(vals), size = L_DATA + klen + 1 + vlen;
                 if (size > MAX_LOCAL)
@@ -1099,12 +1098,12 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
                 added++;
                 i++;
             }
-            path.idx[leaf] = (int)at;
+            path->idx[leaf] = (int)at;
             for (int d = 0; d < leaf && added; d++) {
                 uint8_t *ip;
-                if ((rc = path_write(c, &path, d, &ip)) != 0)
+                if ((rc = path_write(c, path, d, &ip)) != 0)
                     return rc;
-                add_count(ip, (uint32_t)path.idx[d], added);
+                add_count(ip, (uint32_t)path->idx[d], added);
             }
             if (i == n)
                 break;
@@ -1120,14 +1119,13 @@ int bt_append_run(bt_ctx *c, bt_path *pathp, int *validp, const uint8_t *key, ui
             memcpy(one + 1, bt_vals_data(vals), vlen);
         bt_key ik = {key, klen, seq0 + i};
         valid = 0;
-        rc = insert_impl(c, &path, &ik, one, (size_t)vlen + 1, &valid);
+        rc = insert_impl(c, path, &ik, one, (size_t)vlen + 1, &valid);
         free(one);
         if (rc)
             return rc;
         bt_vals_next(vals);
         i++;
     }
-    *pathp = path;
     *validp = valid;
     return 0;
 }
