@@ -332,6 +332,23 @@ void qs_items_free(qs_items *items);
 int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
                  const void *val, size_t vlen, uint64_t *id);
 
+/* A queue named once, for the calls below that take it instead of the
+ * name: a binding then passes fewer arguments per call and the name is not
+ * checked and copied every time.  *out is the caller's until qs_queue_free
+ * (NULL is ignored there).  It refers to c without owning any of it: it
+ * must not be used after qs_close(c), but may be freed then.  The queue
+ * need not exist yet.  QS_INVAL: NULL c or out, empty or too long name;
+ * QS_NOMEM.  On failure *out is NULL. */
+typedef struct qs_queue qs_queue;
+int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out);
+void qs_queue_free(qs_queue *q);
+
+/* qs_queue_put on q, returning the new item's id (>= 1) rather than taking
+ * a pointer for it; on failure a negative value: a QS_* code as qs_queue_put
+ * returns it, or -e for an errno e (so the two never collide: QS_* codes
+ * are below -32000, errno values below 4096). */
+int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
+
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,

@@ -713,6 +713,21 @@ static int check_vals(size_t n, const void *vals, size_t vals_len, const uint32_
 
 /* Appends n values whose check returned `checked` (a bad name is reported
  * first, then a bad value). */
+static int put_key(qs_casket *c, const uint8_t *key, uint32_t klen, size_t n, bt_vals vals,
+                   uint64_t *first_id)
+{
+    if (n == 0) {
+        if (first_id)
+            *first_id = 0;
+        return 0;
+    }
+    put_args a = {key, klen, n, vals, 0};
+    int rc = cs_write(c, put_fn, &a);
+    if (rc == 0 && first_id)
+        *first_id = a.first_id;
+    return rc;
+}
+
 static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_vals vals,
                       int checked, uint64_t *first_id)
 {
@@ -720,18 +735,7 @@ static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_
     int rc = make_key(name, nlen, key);
     if (rc == 0)
         rc = checked;
-    if (rc)
-        return rc;
-    if (n == 0) {
-        if (first_id)
-            *first_id = 0;
-        return 0;
-    }
-    put_args a = {key, (uint32_t)nlen + 1, n, vals, 0};
-    rc = cs_write(c, put_fn, &a);
-    if (rc == 0 && first_id)
-        *first_id = a.first_id;
-    return rc;
+    return rc ? rc : put_key(c, key, (uint32_t)nlen + 1, n, vals, first_id);
 }
 
 static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
@@ -777,6 +781,52 @@ static int do_put(qs_casket *c, const void *name, size_t nlen, const void *val, 
         return QS_TOOBIG;
     uint32_t len = (uint32_t)vlen;
     return do_put_many(c, name, nlen, 1, val, vlen, &len, id);
+}
+
+/* ---- a queue named once ---------------------------------------------------- */
+
+struct qs_queue {
+    qs_casket *c;
+    uint32_t klen;
+    uint8_t key[];          /* KEY_QUEUE + name */
+};
+
+int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out)
+{
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    if (!c || !name || nlen == 0 || nlen > QS_MAX_QUEUE_NAME)
+        return QS_INVAL;
+    qs_queue *q = malloc(sizeof *q + nlen + 1);
+    if (!q)
+        return QS_NOMEM;
+    q->c = c;
+    q->klen = (uint32_t)nlen + 1;
+    make_key(name, nlen, q->key);
+    *out = q;
+    return 0;
+}
+
+void qs_queue_free(qs_queue *q) { free(q); }
+
+int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
+{
+    if (!q || (!val && vlen))
+        return QS_INVAL;
+    if (vlen > (size_t)QS_MAX_VALUE - 1)
+        return QS_TOOBIG;
+    int rc = cs_enter_call(q->c);
+    if (rc == 0) {
+        uint32_t len = (uint32_t)vlen;
+        bt_vals v = {val, &len};
+        uint64_t id = 0;
+        rc = put_key(q->c, q->key, q->klen, 1, v, &id);
+        cs_leave_call(q->c);
+        if (rc == 0)
+            return (int64_t)id;
+    }
+    return rc < 0 ? rc : -(int64_t)rc;
 }
 
 /* ---- publish ------------------------------------------------------------- */

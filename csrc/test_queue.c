@@ -1114,6 +1114,53 @@ static void put_framed(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_new / qs_queue_put_id: bad arguments refused with nothing
+ * allocated; ids come back as the return value, in order with the
+ * name-taking calls; errors come back negative (a read-only casket, a
+ * closed one). */
+static void queue_handle(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+
+    qs_queue *q = (qs_queue *)0x1;
+    CHECK_RC(qs_queue_new(NULL, "h", 1, &q), QS_INVAL);
+    CHECK(q == NULL);
+    CHECK_RC(qs_queue_new(c, "", 0, &q), QS_INVAL);
+    CHECK_RC(qs_queue_new(c, "h", QS_MAX_QUEUE_NAME + 1, &q), QS_INVAL);
+    CHECK_RC(qs_queue_new(c, "h", 1, NULL), QS_INVAL);
+    qs_queue_free(NULL);
+    CHECK(qs_queue_put_id(NULL, "x", 1) == QS_INVAL);
+
+    REQUIRE_RC(qs_queue_new(c, "h", 1, &q), 0);
+    CHECK(qs_queue_put_id(q, NULL, 1) == QS_INVAL);
+    uint64_t before;
+    CHECK_RC(qput(c, "h", "zero", &before), 0);
+    int64_t a = qs_queue_put_id(q, "one", 3), b = qs_queue_put_id(q, "", 0);
+    CHECK(a == (int64_t)before + 1 && b == a + 1);
+    CHECK(qs_queue_put_id(q, "x", (size_t)QS_MAX_VALUE) == QS_TOOBIG);
+    CHECK(qlen(c, "h") == 3);
+    CHECK(get_is(c, "h", "zero", before));
+    CHECK(get_is(c, "h", "one", (uint64_t)a));
+    CHECK(get_is(c, "h", "", (uint64_t)b));
+    CHECK(qrecords(c) == 0);
+    CHECK_RC(qs_close(c), 0);
+    qs_queue_free(q);   /* after qs_close: allowed, touches nothing of c */
+
+    c = tc_open(t.path, QS_OPEN_READ, 1, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    REQUIRE_RC(qs_queue_new(c, "h", 1, &q), 0);
+    CHECK(qs_queue_put_id(q, "ro", 2) == QS_READONLY);
+    CHECK_RC(qs_shutdown(c), 0);
+    CHECK(qs_queue_put_id(q, "late", 4) == QS_CLOSED);
+    qs_queue_free(q);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 static void big_payloads(void)
 {
     tc_tmp t;
@@ -1655,6 +1702,7 @@ int main(void)
     RUN(listing);
     RUN(big_payloads);
     RUN(put_framed);
+    RUN(queue_handle);
     RUN(large_batch);
     RUN(threads_wake);
     RUN(processes_reservations);

@@ -576,6 +576,24 @@ def test_ids_are_increasing_ints(casket):
     assert [i for n, i, p in got if p == b"6"] == [ids[3], ids[3]]
 
 
+@pytest.mark.parametrize("ret, code", [(-28, 28), (-5, 5), (lib.QS_READONLY, lib.QS_READONLY),
+                                       (lib.QS_CLOSED, lib.QS_CLOSED)])
+def test_put_maps_the_returned_error_to_its_code(casket, monkeypatch, ret, code):
+    """qs_queue_put_id returns an errno e as -e and QS_* codes as they are;
+    put raises the exception of the original code (ENOSPC is an OSError
+    with errno 28, not whatever -28 might be taken for)."""
+    import pyqstore._queue as qmod
+
+    q = casket.queue("q")
+    monkeypatch.setattr(qmod, "_qs_put_id", lambda *a: ret)
+    with pytest.raises(pyqstore.Error) as info:
+        q.put(b"x")
+    assert info.value.code == code
+    assert type(info.value) is type(pyqstore.errors.error_for(code, "put"))
+    if code > 0:
+        assert info.value.errno == code
+
+
 def test_put_returns_id_and_put_many_count(casket):
     q = casket.queue("q")
     i1 = q.put(b"x")
