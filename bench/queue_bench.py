@@ -337,15 +337,16 @@ def breakdown(pay: list[bytes], base: str) -> dict[str, float]:
             for _ in range(n):
                 f(h)
         out["cffi crossing, a no-op call"] = t.s / n * 1e9
-        q = c.queue("p2")
-        idp = ffi.new("uint64_t *")
+        qh = ffi.new("qs_queue **")
+        assert lib.qs_queue_new(h, b"p2", 2, qh) == 0
+        qh = ffi.gc(qh[0], lib.qs_queue_free)
         lib.qs_begin(h)
         with Timer() as t:
-            put = lib.qs_queue_put
+            put = lib.qs_queue_put_id
             for p in pay:
-                put(h, b"p2", 2, p, 36, idp)
+                put(qh, p, 36)
         lib.qs_commit(h)
-        out["put: C call per item (no Python method)"] = t.s / n * 1e9
+        out["put: C call per item (qs_queue_put_id, no Python method)"] = t.s / n * 1e9
         pp = ffi.new("qs_items **")
         with Timer() as t:
             get, free = lib.qs_queue_get, lib.qs_items_free
