@@ -91,6 +91,7 @@ const char *qs_strerror(int rc)
     case QS_TOOBIG: return "key or value too long";
     case QS_CLOSED: return "casket is closed";
     case QS_FULL: return "casket is full (2^32 pages)";
+    case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     default:
         if (rc > 0)
@@ -495,7 +496,7 @@ void qs_set_sync(qs_casket *c, int on)
 static int refused(int rc)
 {
     return rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
-           rc == QS_NOTRESERVED;
+           rc == QS_NOTRESERVED || rc == QS_RESFULL;
 }
 
 /* Runs fn in the writer's view: inside this thread's transaction, or as a

@@ -62,7 +62,10 @@ enum {
                                released, or its lease expired) */
     QS_FORKED = -32015,     /* the handle was opened in the parent of a
                                fork(): a child must open the casket itself */
-    QS_LAST_ERRCODE = -32015
+    QS_RESFULL = -32016,    /* qs_queue_reserve: the casket's table of
+                               reservations held at once (49,152, over all
+                               handles and processes) is full */
+    QS_LAST_ERRCODE = -32016
 };
 
 enum {
@@ -397,7 +400,9 @@ int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
  * it with its reservation token in (*out)->token.  lease > 0: the
  * reservation ends by itself after lease seconds; 0: it lasts until ack,
  * release or close.  A reservation made inside a transaction is undone if
- * the transaction aborts. */
+ * the transaction aborts.  QS_RESFULL: no room for one more reservation
+ * (counting those the open transaction made), nothing changed; the
+ * transaction stays usable. */
 int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout,
                      double lease, qs_items **out);
 

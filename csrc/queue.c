@@ -347,6 +347,19 @@ static void expire(qs_casket *c, qq_queue *q)
     wake(c, q);
 }
 
+/* Reservations the open transaction will add to the shared table at
+ * commit, over every queue it touched: its marks not acknowledged (a mark
+ * without M_ACKED is one it made).  Counting one queue's alone let a
+ * transaction reserving in several claim the same room twice, and the
+ * entries that did not fit were dropped at commit. */
+static size_t txn_new_marks(const qq_registry *r)
+{
+    size_t n = 0;
+    for (const qq_queue *q = r->touched; q; q = q->tnext)
+        n += q->nm - q->nacked;
+    return n;
+}
+
 /* The open transaction's reservation change of id, whoever made it. */
 static int find_mark_any(const qq_queue *q, uint64_t id, size_t *at)
 {
@@ -939,6 +952,9 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc)
         return rc;
+    /* A reservation is shared at commit; the room for it is claimed now. */
+    if (a->reserve && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+        return QS_RESFULL;
     bt_path path;
     uint64_t id, from = 1;
     int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
@@ -980,14 +996,6 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             if (!a->token)
                 a->token = ++c->queues->next_token;
             double deadline = a->lease > 0 ? cs_now() + a->lease : INFINITY;
-            /* Shared at commit; the room for it is claimed now. */
-            size_t pending = 0;
-            for (size_t i = 0; i < q->nm; i++)
-                pending += q->m[i].flags == M_NEW;
-            if (!sh_res_room(&c->sh, pending + 1)) {
-                rc = QS_FULL;
-                break;
-            }
             if ((rc = mark_add(q, id, a->token, deadline, M_NEW)) != 0)
                 break;
             kept = 0;

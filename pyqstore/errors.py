@@ -91,7 +91,8 @@ class NoMemoryError(Error, MemoryError):
 
 
 class FullError(Error):
-    """The casket would exceed 2**32 pages."""
+    """The casket would exceed 2**32 pages, or a reserve found the casket
+    holding as many reserved items as it can (49,152 at once)."""
 
 
 class ForkedError(Error):
@@ -148,6 +149,7 @@ def _codes() -> dict[str, int]:
         "QS_FULL": lib.QS_FULL,
         "QS_NOTRESERVED": lib.QS_NOTRESERVED,
         "QS_FORKED": lib.QS_FORKED,
+        "QS_RESFULL": lib.QS_RESFULL,
     }
 
 
@@ -169,6 +171,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_FULL": (FullError, None),
     "QS_NOTRESERVED": (NotReservedError, None),
     "QS_FORKED": (ForkedError, None),
+    "QS_RESFULL": (FullError, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.

@@ -753,6 +753,41 @@ def test_reservation_inside_transaction(casket):
     assert casket.queues() == []
 
 
+def test_reservations_of_one_transaction_share_one_room(path):
+    """The shared reservation table has room for 49,152 entries; a
+    transaction reserving in many queues must count all of them against it
+    (it once counted each queue's alone, and what did not fit was dropped at
+    commit, leaving held items gettable).  Each reserve past the room is
+    refused with FullError and the transaction goes on; every reservation
+    granted is in force after the commit, and another handle gets exactly
+    the items nobody holds."""
+    room = 65536 // 4 * 3
+    queues, per_queue = 100, 500
+    c = pyqstore.open(path, "n", sync=False)
+    qs = [c.queue("q%d" % k) for k in range(queues)]
+    with c.transaction():
+        for q in qs:
+            q.put_many([b"%s:%d" % (q.name.encode(), i) for i in range(per_queue)])
+    held, refused = [], 0
+    with c.transaction():
+        for q in qs:
+            for _ in range(per_queue):
+                try:
+                    held.append(q.reserve(timeout=0))
+                except pyqstore.errors.FullError as e:
+                    assert e.code == lib.QS_RESFULL and "reserved" in str(e)
+                    refused += 1
+    assert len(held) == room and refused == queues * per_queue - room
+    other = pyqstore.open(path, "w", sync=False)
+    try:
+        got = [p for k in range(queues) for p in other.queue("q%d" % k).get_many(per_queue)]
+        assert len(got) == refused
+        assert not set(got) & {i.payload for i in held}
+    finally:
+        other.close()
+        c.close()
+
+
 def test_lease_expiry(casket):
     q = casket.queue("q")
     q.put(b"leased")
