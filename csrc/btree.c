@@ -1109,9 +1109,11 @@ int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uin
                 break;
         }
         /* A full leaf (split), an overflow value or an empty tree: the
-         * general insert, then seek afresh unless it kept the path. */
+         * general insert, then seek afresh unless it kept the path.  A
+         * value that fits a cell goes through the cell buffer (a split
+         * comes every leaf or so); only an overflow value is allocated. */
         uint32_t vlen = bt_vals_len(vals);
-        uint8_t *one = malloc((size_t)vlen + 1);
+        uint8_t *one = (size_t)vlen + 1 <= sizeof cell ? cell : malloc((size_t)vlen + 1);
         if (!one)
             return QS_NOMEM;
         one[0] = tag;
@@ -1120,7 +1122,8 @@ int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uin
         bt_key ik = {key, klen, seq0 + i};
         valid = 0;
         rc = insert_impl(c, path, &ik, one, (size_t)vlen + 1, &valid);
-        free(one);
+        if (one != cell)
+            free(one);
         if (rc)
             return rc;
         bt_vals_next(vals);

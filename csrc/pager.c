@@ -571,11 +571,10 @@ static int cmp_u64(const void *a, const void *b)
 static int spill(pager *p)
 {
     size_t want = p->dirty.len / 4 + 1, n = 0, ncand = 0;
-    pg_buf **victims = malloc(want * sizeof *victims);
     uint8_t **pages = malloc(want * sizeof *pages);
-    pg_buf **cand = malloc(p->dirty.len * sizeof *cand);
+    pg_buf **victims = malloc(p->dirty.len * sizeof *victims);   /* candidates first */
     int rc = 0;
-    if (!victims || !pages || !cand) {
+    if (!victims || !pages) {
         rc = QS_NOMEM;
         goto out;
     }
@@ -587,20 +586,19 @@ static int spill(pager *p)
             if (b->ref)
                 b->ref = 0;     /* a second chance */
             else
-                cand[ncand++] = b;
+                victims[ncand++] = b;
         }
     if (ncand < want) {
         /* Mostly hot pages: every page is a candidate. */
         ncand = 0;
         for (size_t i = 0; i < p->dirty.cap; i++)
             if (hm_slot(&p->dirty, i, &k, &v))
-                cand[ncand++] = as_buf(v);
+                victims[ncand++] = as_buf(v);
     }
-    qsort(cand, ncand, sizeof *cand, cmp_buf_pgno);
-    for (n = 0; n < want && n < ncand; n++) {
-        victims[n] = cand[n];
-        victims[n]->ref = 2;    /* chosen */
-    }
+    qsort(victims, ncand, sizeof *victims, cmp_buf_pgno);
+    n = want < ncand ? want : ncand;
+    for (size_t i = 0; i < n; i++)
+        victims[i]->ref = 2;    /* chosen */
     /* Frames are appended after the transaction's last one, in one write
      * (a page spilled again gets a new frame; recovery keeps the last). */
     size_t fresh = 0, ndirect = 0;
@@ -646,7 +644,6 @@ out:
         for (size_t i = 0; i < n; i++)
             if (victims[i])
                 victims[i]->ref = 1;
-    free(cand);
     free(victims);
     free(pages);
     return rc;

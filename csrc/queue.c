@@ -724,8 +724,7 @@ static int check_vals(size_t n, const void *vals, size_t vals_len, const uint32_
     return total == vals_len ? 0 : QS_INVAL;
 }
 
-/* Appends n values whose check returned `checked` (a bad name is reported
- * first, then a bad value). */
+/* Appends n checked values to the queue whose key is given. */
 static int put_key(qs_casket *c, const uint8_t *key, uint32_t klen, size_t n, bt_vals vals,
                    uint64_t *first_id)
 {
@@ -741,6 +740,8 @@ static int put_key(qs_casket *c, const uint8_t *key, uint32_t klen, size_t n, bt
     return rc;
 }
 
+/* Appends n values whose check returned `checked` (a bad name is reported
+ * first, then a bad value). */
 static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_vals vals,
                       int checked, uint64_t *first_id)
 {
@@ -809,14 +810,18 @@ int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out)
     if (!out)
         return QS_INVAL;
     *out = NULL;
-    if (!c || !name || nlen == 0 || nlen > QS_MAX_QUEUE_NAME)
+    if (!c || nlen > QS_MAX_QUEUE_NAME)
         return QS_INVAL;
     qs_queue *q = malloc(sizeof *q + nlen + 1);
     if (!q)
         return QS_NOMEM;
+    int rc = make_key(name, nlen, q->key);
+    if (rc) {
+        free(q);
+        return rc;
+    }
     q->c = c;
     q->klen = (uint32_t)nlen + 1;
-    make_key(name, nlen, q->key);
     *out = q;
     return 0;
 }
