@@ -737,7 +737,7 @@ def open(
         cache_size: page memory budget in bytes (None: the default,
             256 MiB); a bigger transaction spills dirty pages to the file.
         checkpoint_size: log size in bytes that triggers a checkpoint
-            (None: the default, 16 MiB).
+            (None: the default, 4 MiB).
 
     Raises:
         ValueError: for a bad flag.
