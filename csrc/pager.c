@@ -621,12 +621,17 @@ static int spill(pager *p)
     }
     rc = direct_write(p, direct, ndirect);
     free(direct);
-    if (rc)
+    if (rc == 0)
+        rc = wal_reserve(&p->log, p->txn_end, 0);
+    if (rc == 0 && fresh)
+        rc = wal_write(&p->log, pages, fresh, at, NULL);
+    if (rc) {
+        /* None of these frames counts, so the transaction's next ones go
+         * where they were to go: a gap in its frames would stop recovery
+         * there and lose the transaction, committed or not, at a crash. */
+        p->txn_end = at;
         goto out;
-    if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
-        goto out;
-    if (fresh && (rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
-        goto out;
+    }
     p->txn_frames += (uint32_t)fresh;
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
