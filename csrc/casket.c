@@ -139,7 +139,7 @@ static int catch_up(qs_casket *c)
         if (c->lsn_written < c->lsn_base + PG_SIZE)
             c->lsn_written = c->lsn_base + PG_SIZE;
         if (c->lsn_synced < c->lsn_base + PG_SIZE)
-            c->lsn_synced = c->lsn_base + PG_SIZE;
+            __atomic_store_n(&c->lsn_synced, c->lsn_base + PG_SIZE, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&c->scond);
         pthread_mutex_unlock(&c->smu);
     }
@@ -315,7 +315,7 @@ static int group_sync(qs_casket *c, uint64_t lsn)
             pthread_mutex_lock(&c->smu);
             c->syncing = 0;
             if (rc == 0 && target > c->lsn_synced)
-                c->lsn_synced = target;
+                __atomic_store_n(&c->lsn_synced, target, __ATOMIC_RELEASE);
             pthread_cond_broadcast(&c->scond);
             if (rc)
                 break;
@@ -360,7 +360,7 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
     c->lsn_base += old_end;
     c->lsn_written = c->lsn_base + PG_SIZE;
     if (c->lsn_synced < c->lsn_written)
-        c->lsn_synced = c->lsn_written;
+        __atomic_store_n(&c->lsn_synced, c->lsn_written, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&c->scond);
     pthread_mutex_unlock(&c->smu);
     return rc;
@@ -391,6 +391,14 @@ static int commit_release(qs_casket *c, uint64_t *sync_lsn)
     pthread_mutex_lock(&c->mu);
     int rc = pg_commit_prepare(&c->pg);
     pthread_mutex_unlock(&c->mu);
+    /* The commit frame declares what a finished fdatasync made durable of
+     * this generation, so recovery can tell damage there from a torn tail.
+     * Read without smu: a sync finishing meanwhile only makes it declare
+     * less than it could.  lsn_base cannot move while we hold the write
+     * lock (it moves at checkpoints, ours or, via catch_up, another
+     * process's, which needs the lock too). */
+    uint64_t durable = __atomic_load_n(&c->lsn_synced, __ATOMIC_ACQUIRE);
+    c->pg.log.synced = durable > c->lsn_base + PG_SIZE ? durable - c->lsn_base : 0;
     if (rc == 0)
         rc = pg_commit_write(&c->pg, sync, &wrote);
     if (rc) {
@@ -802,8 +810,18 @@ static char *log_path_of(const char *path)
 
 static int open_casket(const char *path, const qs_options *opts, int shared, qs_casket **out);
 
+/* Why the last qs_open of this thread failed, when it knows more than the
+ * return code (qs_open_detail). */
+static __thread char open_detail[320];
+
+const char *qs_open_detail(void)
+{
+    return open_detail;
+}
+
 int qs_open(const char *path, const qs_options *opts, qs_casket **out)
 {
+    open_detail[0] = 0;
     return open_casket(path, opts, 1, out);
 }
 
@@ -935,6 +953,8 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     *out = c;
     return 0;
 fail:
+    if (shared && c->pg.damage[0])
+        snprintf(open_detail, sizeof open_detail, "%s: %s", lp, c->pg.damage);
     free(lp);
     free(sp);
     casket_free(c);
@@ -1591,8 +1611,15 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
         return vrc;
     }
     pager *p = &c->pg;
-    uint8_t *seen = calloc(p->meta.npages ? p->meta.npages : 1, 1);
-    int rc = seen ? 0 : QS_NOMEM;
+    char lmsg[200];
+    int rc = pg_check_log(p, lmsg, sizeof lmsg);
+    if (rc == QS_CORRUPT)
+        snprintf(msg, msgcap, "%s%s: %s", c->path, LOG_SUFFIX, lmsg);
+    else if (rc)
+        snprintf(msg, msgcap, "reading the log failed: %s", qs_strerror(rc));
+    uint8_t *seen = rc ? NULL : calloc(p->meta.npages ? p->meta.npages : 1, 1);
+    if (rc == 0 && !seen)
+        rc = QS_NOMEM;
     uint64_t records;
     for (int ns = 0; ns < PG_NAMESPACES && rc == 0; ns++) {
         bt_ctx bt = {p, 0, ns};

@@ -16,6 +16,10 @@
 #define TR_TXN 4016u
 #define TR_NFRAMES 4024u
 #define TR_META 4028u                /* pg_meta, packed, META_BYTES long */
+#define TR_SYNCED 4072u              /* commit frame: u64 log offset below which a
+                                        completed fdatasync had made this
+                                        generation's log durable when the frame
+                                        was written; 0 declares nothing */
 #define TR_CHECKSUM 4088u            /* covers bytes [0, 4088) */
 #define TR_FLAG_COMMIT 1u
 

@@ -6,6 +6,7 @@
 #include "osdep.h"
 #include "qstore.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -255,7 +256,16 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
         rc = wal_read_header(&p->log);
         if (rc == 0)
             log_ok = 1;
-        else if (rc != QS_CORRUPT && rc != QS_VERSION)
+        else if (rc == QS_CORRUPT && !page0_bad) {
+            /* A torn header loses only frames never synced; a damaged one
+             * would lose synced commits silently. */
+            wal_recovery rec;
+            if ((rc = wal_check_header_loss(&p->log, p->meta.txn, &rec)) != 0) {
+                if (rc == QS_CORRUPT)
+                    wal_describe(&rec, p->damage, sizeof p->damage);
+                goto fail;
+            }
+        } else if (rc != QS_CORRUPT && rc != QS_VERSION)
             goto fail;
         rc = 0;
     }
@@ -264,8 +274,11 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
         if (!page0_bad && p->log.base_txn < p->meta.txn)
             p->log.base_txn = p->meta.txn;
         wal_recovery rec;
-        if ((rc = wal_recover(&p->log, &p->logidx, &rec)) != 0)
+        if ((rc = wal_recover(&p->log, &p->logidx, &rec)) != 0) {
+            if (rc == QS_CORRUPT)
+                wal_describe(&rec, p->damage, sizeof p->damage);
             goto fail;
+        }
         if (rec.found_commit) {
             p->meta = rec.meta;
             p->log_end = rec.end;
@@ -621,12 +634,17 @@ static int spill(pager *p)
     }
     rc = direct_write(p, direct, ndirect);
     free(direct);
-    if (rc)
+    if (rc == 0)
+        rc = wal_reserve(&p->log, p->txn_end, 0);
+    if (rc == 0 && fresh)
+        rc = wal_write(&p->log, pages, fresh, at, NULL);
+    if (rc) {
+        /* None of these frames counts, so the transaction's next ones go
+         * where they were to go: a gap in its frames would stop recovery
+         * there and lose the transaction, committed or not, at a crash. */
+        p->txn_end = at;
         goto out;
-    if ((rc = wal_reserve(&p->log, p->txn_end, 0)) != 0)
-        goto out;
-    if (fresh && (rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
-        goto out;
+    }
     p->txn_frames += (uint32_t)fresh;
     for (size_t i = 0; i < n; i++) {
         pg_buf *b = victims[i];
@@ -1006,6 +1024,29 @@ int pg_adopt(pager *p, int *found)
             p->next_txn = p->meta.txn + 1;
         p->epoch++;
         *found = 1;
+    }
+    return rc;
+}
+
+int pg_check_log(pager *p, char *msg, size_t cap)
+{
+    if (!p->has_log || p->log.salt == 0)
+        return 0;
+    struct stat st;
+    if (fstat(p->log.fd, &st) != 0)
+        return errno;
+    hm_map idx = {0};
+    wal_recovery rec;
+    int rc = wal_scan(&p->log, &idx, PG_SIZE, (uint64_t)st.st_size, p->log.base_txn, 0, &rec,
+                      NULL, NULL);
+    hm_free(&idx);
+    if (rc == QS_CORRUPT)
+        wal_describe(&rec, msg, cap);
+    else if (rc == 0 && rec.end < p->log_end) {
+        snprintf(msg, cap, "frame %llu (offset %llu) is damaged, but the committed frames run "
+                 "to offset %llu", (unsigned long long)rec.bad_frame,
+                 (unsigned long long)rec.bad_off, (unsigned long long)p->log_end);
+        rc = QS_CORRUPT;
     }
     return rc;
 }

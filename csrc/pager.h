@@ -65,6 +65,8 @@ typedef struct pager {
                                    out before it may be stale */
     int reload;                 /* the next pg_refresh rereads page 0 and the
                                    log whatever the salt */
+    char damage[160];           /* why pg_open found the log damaged
+                                   (QS_CORRUPT); kept after the failure */
     pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
     uint8_t **cw_pages;
     size_t cw_cap;
@@ -75,7 +77,8 @@ typedef struct pager {
  * initialized.  A read-write open recovers the log, checkpoints it and
  * starts a new log generation.  Returns 0, QS_NOTCASKET, QS_VERSION,
  * QS_CORRUPT, QS_NOMEM or errno; on failure everything it allocated is
- * released (the fds stay the caller's). */
+ * released (the fds stay the caller's), and when a damaged log frame was
+ * the cause p->damage describes it (else it is empty). */
 int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
             size_t budget_pages, uint64_t checkpoint_bytes);
 
@@ -99,6 +102,13 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end);
  * committed to the log but did not live to publish (*found 1), and learns
  * the log's size.  Returns 0 or an error as pg_refresh. */
 int pg_adopt(pager *p, int *found);
+
+/* Verifies the log as recovery would read it: every frame of the committed
+ * view [header, log_end) is whole and valid, and no frame after them is a
+ * damaged frame that a later one declares synced.  Call inside the view
+ * lock.  Returns 0, QS_CORRUPT (msg describes the first damage), QS_NOMEM
+ * or errno.  Changes nothing. */
+int pg_check_log(pager *p, char *msg, size_t cap);
 
 /* Learns the log file's size (another process may have grown or cut it)
  * before this handle writes to it.  Returns 0 or errno. */

@@ -136,6 +136,12 @@ void qs_options_init(qs_options *opts);
  * by the failed call may remain. */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
+/* After qs_open failed in this thread because a frame of the log is
+ * damaged although a later frame declares it synced (QS_CORRUPT): names
+ * the log file, the frame and its offset.  Otherwise "".  The string is the
+ * library's, valid until this thread's next qs_open; never NULL. */
+const char *qs_open_detail(void);
+
 /* Closes the casket's files: waits for calls running in other threads to
  * return, makes calls queued for the write lock and all later calls return
  * QS_CLOSED, abandons a transaction still open (whichever thread began it)
@@ -231,7 +237,9 @@ int qs_outlist(qs_casket *c, const void *key, size_t klen,
 int qs_sync(qs_casket *c);
 
 /* Walks the whole file: every page's checksum, the tree's order and counts,
- * overflow chains, the free list, and that every page is used exactly once.
+ * overflow chains, the free list, and that every page is used exactly once;
+ * and the log: every committed frame, and no damaged frame that a later
+ * frame declares synced (as recovery would judge it at the next open).
  * Returns 0 when sound, else QS_CORRUPT (or an errno) with a description of
  * the first damage found in msg (NUL-terminated, truncated to msgcap). */
 int qs_check(qs_casket *c, char *msg, size_t msgcap);

@@ -1808,6 +1808,37 @@ static void bg_fault_model(bg_model *m, int big, int tiny, int queue)
 
 #define BG_CKPT (128 * 1024)    /* commits of transaction 4 checkpoint */
 
+/* The casket at t as a writer killed now would leave it (its files as they
+ * stand, no close, no checkpoint) must recover transactions 1..j of m:
+ * whatever a failed write left in the log, the committed frames are the
+ * ones recovery reads. */
+static int bg_verify_killed(const tc_tmp *t, const bg_model *m, int j, uint64_t cache,
+                            const char *when)
+{
+    char path[700], log[720], shm[720], what[480];
+    snprintf(path, sizeof path, "%s-killed", t->path);
+    snprintf(log, sizeof log, "%s-log", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    if (tc_copy_file(t->path, path) != 0 || tc_copy_file(t->log, log) != 0) {
+        printf("  copying the killed image failed\n");
+        return 1;
+    }
+    int rc, errors = 0;
+    qs_casket *c = tc_open(path, QS_OPEN_READ, 1, cache, BG_CKPT, &rc);
+    snprintf(what, sizeof what, "%s; the files as a kill leaves them", when);
+    if (!c) {
+        printf("  %s: open %d (%s)\n", what, rc, qs_strerror(rc));
+        errors++;
+    } else {
+        errors += bg_verify(c, m, j, what);
+        qs_close(c);
+    }
+    unlink(path);
+    unlink(log);
+    unlink(shm);
+    return errors;
+}
+
 static int bg_fault_trial(const tc_tmp *t, const char *base, const char *baselog, int kind,
                           long n, int sticky, int err, int tiny, int queue, int big,
                           bg_fault_stats *st)
@@ -1884,6 +1915,7 @@ static int bg_fault_trial(const tc_tmp *t, const char *base, const char *baselog
     }
     m.tx[4].status = vis;
     errors += bg_verify(c, &m, vis ? 4 : 3, when);
+    errors += bg_verify_killed(t, &m, vis ? 4 : 3, cache, when);
     char what[480];
     if (n % 2) {
         /* the handle goes on working */

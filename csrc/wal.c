@@ -10,6 +10,7 @@
 #include "checksum.h"
 #include "qstore.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -140,6 +141,7 @@ int wal_reset(wal *w, uint64_t base_txn)
         return rc;
     w->salt = salt;
     w->base_txn = base_txn;
+    w->synced = 0;      /* nothing of the new generation is synced yet */
     if (w->alloc < PG_SIZE)
         w->alloc = PG_SIZE;
     return 0;
@@ -156,6 +158,7 @@ void wal_stamp(const wal *w, uint8_t *page, uint32_t pgno, uint64_t txn,
     if (flags & TR_FLAG_COMMIT) {
         wr32(page + TR_NFRAMES, nframes);
         meta_store(page + TR_META, meta);
+        wr64(page + TR_SYNCED, w->synced);
     }
     page_seal(page);
 }
@@ -224,6 +227,65 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
     return rc;
 }
 
+/* Does a valid commit frame of this generation, with a transaction above
+ * last_txn, lie in [from, size) and declare the log synced past bad (any_salt:
+ * a commit frame of any generation)?  Such a
+ * frame proves the bytes at bad were durable, so the frame there is damaged,
+ * not torn: a frame is only written after everything it declares synced, and
+ * committed bytes of a generation are never rewritten.  Frames are not
+ * aligned, so every occurrence of the frame magic is a candidate; the salt,
+ * flags, transaction and declaration are read from the raw frame before the
+ * checksum is computed, so the stale frames of older generations that follow
+ * most logs cost a few compares each.  Returns 0 (*claim_off set when found)
+ * or an errno/QS_NOMEM. */
+static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64_t last_txn,
+                      uint64_t bad, uint8_t *buf, uint8_t *page, uint64_t *claim_off,
+                      uint64_t *claim_synced)
+{
+    uint8_t magic[4];
+    wr32(magic, FRAME_MAGIC);
+    *claim_off = 0;
+    for (uint64_t bstart = from; bstart + FRAME_HDR <= size;) {
+        size_t blen = size - bstart < SCAN_BUF ? (size_t)(size - bstart) : SCAN_BUF;
+        int rc = pread_full(w->fd, buf, blen, bstart);
+        if (rc)
+            return rc;
+        /* Candidates start in [0, first_next); the rest of the buffer only
+         * completes frames, and the next read starts at first_next. */
+        size_t first_next = bstart + blen >= size ? blen : blen - FRAME_MAX;
+        for (size_t at = 0; at < first_next;) {
+            const uint8_t *m = memmem(buf + at, blen - at, magic, sizeof magic);
+            if (!m || (size_t)(m - buf) >= first_next)
+                break;
+            at = (size_t)(m - buf);
+            size_t avail = blen - at;
+            uint32_t hs = avail >= FRAME_HDR ? rd16(m + 4) : 1;
+            uint32_t he = avail >= FRAME_HDR ? rd16(m + 6) : 0;
+            if (hs <= he && he <= PG_USABLE && avail >= FRAME_HDR + PG_SIZE - (he - hs)) {
+                /* page byte f >= he sits at after_hole + (f - he) */
+                const uint8_t *after_hole = m + FRAME_HDR + hs;
+                if ((any_salt || rd64(after_hole + (TR_SALT - he)) == w->salt) &&
+                    (rd32(after_hole + (TR_FLAGS - he)) & TR_FLAG_COMMIT) &&
+                    rd64(after_hole + (TR_TXN - he)) > last_txn &&
+                    rd64(after_hole + (TR_SYNCED - he)) > bad) {
+                    uint32_t n;
+                    if (frame_decode(m, avail, page, &n) == 0 &&
+                        page_verify(page, rd32(page + TR_PGNO)) == 0 && rd32(page + TR_PGNO) != 0) {
+                        *claim_off = bstart + at;
+                        *claim_synced = rd64(page + TR_SYNCED);
+                        return 0;
+                    }
+                }
+            }
+            at++;
+        }
+        if (bstart + blen >= size)
+            break;
+        bstart += first_next;
+    }
+    return 0;
+}
+
 int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
              wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
              void *ctx)
@@ -237,10 +299,11 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
         return QS_NOMEM;
     }
     pending pend = {0};
-    uint64_t cur_txn = 0;
+    uint64_t cur_txn = 0, nframes = 0;
     uint64_t bstart = 0, blen = 0;      /* buf holds file bytes [bstart, bstart + blen) */
-    int rc = 0;
-    for (uint64_t off = from; off + FRAME_HDR <= size;) {
+    uint64_t off = from;
+    int rc = 0, stopped = 0;
+    for (; off + FRAME_HDR <= size; nframes++) {
         if (off + FRAME_MAX > bstart + blen && bstart + blen < size) {
             blen = size - off < SCAN_BUF ? size - off : SCAN_BUF;
             bstart = off;
@@ -248,6 +311,7 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
                 break;
         }
         uint32_t len;
+        stopped = 1;
         if (frame_decode(buf + (off - bstart), (size_t)(bstart + blen - off), page, &len) != 0)
             break;
         uint32_t pgno = rd32(page + TR_PGNO);
@@ -256,15 +320,18 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
             rd64(page + TR_SALT) != w->salt ||
             txn <= last_txn || (pend.n > 0 && txn != cur_txn))
             break;
+        stopped = 0;
         cur_txn = txn;
         if ((rc = pending_add(&pend, pgno, off)) != 0)
             break;
         if (trusted && on_page)
             on_page(ctx, pgno, page);
-        off += len;
         if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
-            if (rd32(page + TR_NFRAMES) != pend.n)
+            if (rd32(page + TR_NFRAMES) != pend.n) {
+                stopped = 1;
                 break;
+            }
+            off += len;
             for (size_t j = 0; j < pend.n && rc == 0; j++) {
                 if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0)
                     rc = QS_NOMEM;
@@ -279,6 +346,21 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
             rec->frames += pend.n;
             last_txn = txn;
             pend.n = 0;
+        } else
+            off += len;
+    }
+    if (rc == 0 && stopped) {
+        rec->bad_frame = nframes + 1;
+        rec->bad_off = off;
+    }
+    if (rc == 0 && stopped && !trusted) {
+        /* Torn tail or damage?  Only a later declaration can tell. */
+        uint64_t claim, claimed;
+        rc = find_claim(w, 0, off + 1, size, last_txn, off, buf, page, &claim, &claimed);
+        if (rc == 0 && claim) {
+            rec->claim_off = claim;
+            rec->claim_synced = claimed;
+            rc = QS_CORRUPT;
         }
     }
     free(pend.pgno);
@@ -286,6 +368,42 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
     free(buf);
     free(page);
     return rc;
+}
+
+int wal_check_header_loss(wal *w, uint64_t last_txn, wal_recovery *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    struct stat st;
+    if (fstat(w->fd, &st) != 0)
+        return errno;
+    uint8_t *buf = malloc(SCAN_BUF), *page = malloc(PG_SIZE);
+    int rc = buf && page ? 0 : QS_NOMEM;
+    /* A frame that declares anything past the header synced was written
+     * after a sync that covered the header of its generation. */
+    if (rc == 0)
+        rc = find_claim(w, 1, PG_SIZE, (uint64_t)st.st_size, last_txn, PG_SIZE, buf, page,
+                        &rec->claim_off, &rec->claim_synced);
+    free(buf);
+    free(page);
+    if (rc == 0 && rec->claim_off)
+        rc = QS_CORRUPT;
+    return rc;
+}
+
+void wal_describe(const wal_recovery *rec, char *msg, size_t cap)
+{
+    if (rec->bad_frame == 0) {
+        snprintf(msg, cap,
+                 "the header is damaged, but the commit frame at offset %llu declares the log "
+                 "synced through offset %llu",
+                 (unsigned long long)rec->claim_off, (unsigned long long)rec->claim_synced);
+        return;
+    }
+    snprintf(msg, cap,
+             "frame %llu (offset %llu) is damaged, but the commit frame at offset %llu "
+             "declares the log synced through offset %llu",
+             (unsigned long long)rec->bad_frame, (unsigned long long)rec->bad_off,
+             (unsigned long long)rec->claim_off, (unsigned long long)rec->claim_synced);
 }
 
 int wal_reserve(wal *w, uint64_t end, int sync_growth)

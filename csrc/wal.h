@@ -15,6 +15,9 @@ typedef struct wal {
     uint64_t alloc;         /* bytes of the file known written (zero-filled) */
     uint64_t syncs;         /* commit syncs (wal_sync) made; one thread at a
                                time calls wal_sync, so no lock is needed */
+    uint64_t synced;        /* what the next commit frame declares (TR_SYNCED):
+                               set by the committer, never above what a
+                               finished fdatasync of this generation covered */
 } wal;
 
 /* Result of the recovery scan. */
@@ -23,6 +26,12 @@ typedef struct wal_recovery {
     pg_meta meta;           /* meta of the last committed transaction */
     uint64_t end;           /* offset after the last committed frame */
     uint64_t frames;        /* committed frames indexed */
+    /* The frame the scan stopped at (0, 0: it read to the end): */
+    uint64_t bad_frame;     /* its number, counted from 1 at the scan's start */
+    uint64_t bad_off;       /* its offset */
+    /* Set when the scan returns QS_CORRUPT for that frame: */
+    uint64_t claim_off;     /* the later commit frame declaring it synced */
+    uint64_t claim_synced;  /* ... through this offset */
 } wal_recovery;
 
 /* Reads and checks the header.  Returns 0 (fields set), QS_CORRUPT when
@@ -36,26 +45,47 @@ int wal_reset(wal *w, uint64_t base_txn);
 
 /* Scans committed frames after the header, putting page -> frame offset into
  * idx (which must be empty) and the result into *rec.  Stops at the first
- * frame that is torn, of another generation or out of sequence.  Returns 0,
- * QS_NOMEM or an errno; on failure idx may hold part of the scan. */
+ * frame that is torn, of another generation or out of sequence.  That is a
+ * torn tail (return 0) unless a later valid commit frame of this generation
+ * with a transaction above the last one indexed declares the log synced
+ * past the stopping frame: then that frame was durable and is damaged, and
+ * the result is QS_CORRUPT with rec->bad_* and rec->claim_* set.  Returns 0,
+ * QS_CORRUPT, QS_NOMEM or an errno; on failure idx may hold part of the
+ * scan. */
 int wal_recover(wal *w, hm_map *idx, wal_recovery *rec);
 
 /* The scan wal_recover makes, over [from, size) of the file, counting only
  * transactions numbered above last_txn: committed frames go into idx, and
  * on_page (if not NULL) hears of each page a committed transaction
  * changed (page NULL).  rec->end stays at from when nothing after it is
- * committed.  trusted: another handle published [from, size) as
- * committed, so frame checksums are not checked here -- on_page then hears
+ * committed.  Untrusted scans judge where they stop as wal_recover does
+ * (QS_CORRUPT for a damaged synced frame).  trusted: another handle
+ * published [from, size) as committed, so frame checksums are not checked
+ * here -- on_page then hears
  * of every frame as it is read, with its image, and must verify an image
  * it keeps (pages read later from the index are verified then).  Used to
- * catch up with commits another process made.  Returns 0, QS_NOMEM or
- * errno; frames after the last complete commit are ignored. */
+ * catch up with commits another process made.  Returns 0, QS_CORRUPT,
+ * QS_NOMEM or errno; frames after the last complete commit are ignored. */
 int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
              wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
              void *ctx);
 
+/* After wal_read_header returned QS_CORRUPT: is the header damaged rather
+ * than torn?  A valid commit frame (of any generation) with a transaction
+ * above last_txn that declares frames after the header synced proves the
+ * header was durable.  Returns QS_CORRUPT then (rec->claim_* set,
+ * rec->bad_frame 0), 0 when the header may be torn or foreign, QS_NOMEM or
+ * an errno. */
+int wal_check_header_loss(wal *w, uint64_t last_txn, wal_recovery *rec);
+
+/* Describes the damage a scan (or wal_check_header_loss) returned
+ * QS_CORRUPT for (rec->bad_* and
+ * rec->claim_* set) in msg, NUL-terminated and truncated to cap (> 0). */
+void wal_describe(const wal_recovery *rec, char *msg, size_t cap);
+
 /* Stamps the trailer of page (pgno, txn, generation, flags, and for a
- * commit frame nframes and meta) and its checksum.  Never fails. */
+ * commit frame nframes, meta and w->synced) and its checksum.  Never
+ * fails. */
 void wal_stamp(const wal *w, uint8_t *page, uint32_t pgno, uint64_t txn,
                uint32_t flags, uint32_t nframes, const pg_meta *meta);
 

@@ -229,7 +229,8 @@ class Casket:
         out = ffi.new("qs_casket **")
         rc = lib.qs_open(bpath, opts, out)
         if rc:
-            raise error_for(rc, "open", fspath)
+            detail = ffi.string(lib.qs_open_detail()).decode("utf-8", "replace") or None
+            raise error_for(rc, "open", fspath, detail)
         self._c = out[0]
         self._closing = 0
         self.flag = flag

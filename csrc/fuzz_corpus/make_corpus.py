@@ -95,11 +95,12 @@ class Maker:
         self.seeds[name] = pair
         return pair
 
-    def live(self, name: str, fill) -> tuple[bytes, bytes | None]:
+    def live(self, name: str, fill, sync: bool = False) -> tuple[bytes, bytes | None]:
         """A casket filled by fill(c) whose files are copied while it is
-        open: its commits are still in the log."""
+        open: its commits are still in the log (with sync, each commit
+        frame declares the ones before it synced)."""
         p = self.path(name)
-        with pyqstore.open(p, "n", sync=False, checkpoint_size=64 << 20) as c:
+        with pyqstore.open(p, "n", sync=sync, checkpoint_size=64 << 20) as c:
             fill(c)
             c.check()
             self.stats[name] = c.stats()
@@ -166,6 +167,17 @@ def fill_live_queues(c) -> None:
     q.put_many([b"w%d" % i for i in range(30)])
     q.get_many(5)
     c.publish(b"pub", ["work", "w2"])
+
+
+def frame_starts(log: bytes) -> list[int]:
+    """Offsets after the header where the frame magic "QSFR" occurs: every
+    frame's start (and, rarely, a few bytes inside a page that look alike:
+    one more cut does no harm)."""
+    starts, at = [], log.find(b"QSFR", PAGE)
+    while at >= 0:
+        starts.append(at)
+        at = log.find(b"QSFR", at + 1)
+    return starts
 
 
 def flip(data: bytes, at: int, mask: int = 0x01) -> bytes:
@@ -246,6 +258,21 @@ def main() -> int:
             m.emit("live-log-flip-frame", lmain, flip(llog, PAGE + 100), 0)
             m.emit("live-log-flip-frame-fixed", lmain, flip(llog, PAGE + 100, 0x40), FIX | FIX_SALT)
             m.emit("live-foreign-log", lmain, m.seeds["live-queues"][1], FIX)
+        # A synced log: each commit frame declares the earlier ones synced,
+        # so damage before the last commit is CorruptError, not a torn tail.
+        # Not resealed (no FIX_LOG): the damage has to stay damage.
+        smain, slog = m.live("live-synced", fill_live, sync=True)
+        starts = frame_starts(slog)
+        assert len(starts) >= 8, starts
+        mid = starts[len(starts) // 2]
+        m.emit("synced-log-flip-mid", smain, flip(slog, mid + 40, 0x08), FIX_MAIN)
+        m.emit("synced-log-flip-frame-header", smain, flip(slog, mid + 5), FIX_MAIN)
+        m.emit("synced-log-flip-header", smain, flip(slog, 40), FIX_MAIN)
+        zp = mid // PAGE * PAGE
+        m.emit("synced-log-zero-page", smain,
+               slog[:zp] + bytes(PAGE) + slog[zp + PAGE:], FIX_MAIN)
+        for i, cut in enumerate(starts + [len(slog)]):
+            m.emit(f"synced-log-cut-{i:02d}", smain, slog[:cut], FIX_MAIN)
         m.emit("records-empty-log", rmain, b"", 0)
         m.emit("tiny", b"qstore\0\x1a", None, 0)
         # The seeds hold what they are meant to (the engine may change).
