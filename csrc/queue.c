@@ -537,6 +537,19 @@ static int out_finish(outbuf *o, uint64_t token, qs_items *it, qs_items **out)
     return 0;
 }
 
+/* Hands over what a read (nothing consumed) collected, rc its outcome. */
+static int out_read(outbuf *o, int rc, qs_items **out)
+{
+    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
+    if (rc == 0 && !it)
+        rc = QS_NOMEM;
+    if (rc) {
+        out_drop(o);
+        return rc;
+    }
+    return out_finish(o, 0, it, out);
+}
+
 void qs_items_free(qs_items *it)
 {
     if (!it)
@@ -1167,14 +1180,7 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
             rc = 0;
     }
     cs_read_leave(c, &bt);
-    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
-    if (rc == 0 && !it)
-        rc = QS_NOMEM;
-    if (rc) {
-        out_drop(&o);
-        return rc;
-    }
-    return out_finish(&o, 0, it, out);
+    return out_read(&o, rc, out);
 }
 
 /* Items of the queue after id `after`, reserved or not, up to max items and
@@ -1219,14 +1225,7 @@ static int do_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, 
     if (rc == QS_NOTFOUND)
         rc = 0;
     cs_read_leave(c, &bt);
-    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
-    if (rc == 0 && !it)
-        rc = QS_NOMEM;
-    if (rc) {
-        out_drop(&o);
-        return rc;
-    }
-    return out_finish(&o, 0, it, out);
+    return out_read(&o, rc, out);
 }
 
 /* ---- ack, release, clear ------------------------------------------------- */
