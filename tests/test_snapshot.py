@@ -36,8 +36,9 @@ BATCH = 100     # records per commit of the writer process
 
 
 def _writer(path: str, ready, stop, batches) -> None:
-    """Commits batches of BATCH records ("w", n) until stop is set."""
-    c = pyqstore.open(path, sync=False)
+    """Commits batches of BATCH records ("w", n) until stop is set, trying
+    to checkpoint every 64 KiB of log (so it meets the others' pins)."""
+    c = pyqstore.open(path, sync=False, checkpoint_size=64 * 1024)
     n = 0
     try:
         while not stop.is_set():
@@ -84,6 +85,8 @@ def test_snapshot_iterates_one_commit_of_100k_records_while_another_process_comm
             b1 = batches.value
             assert len(s) == n0
             assert sum(1 for _ in s.keys()) == n0
+            # the other process's checkpoints (every 64 KiB) were held off
+            assert c.stats()["log_bytes"] > 256 * 1024
         assert b1 > b0, "the other process did not commit during the iteration"
         assert len(keys) == n0, f"snapshot iterated {len(keys)} records, its commit had {n0}"
         assert n0 % BATCH == 0 and n0 >= 100_000 + BATCH
@@ -345,3 +348,31 @@ def test_backup_never_replaces_a_file(casket, tmp_path):
     with pyqstore.open(str(tmp_path / "d.qs"), "r") as b:
         assert b[b"k"] == b"v"
     assert casket.copy_progress() == (1, 1)
+
+
+def _hold_snapshot(path: str, ready) -> None:
+    c = pyqstore.open(path, sync=False)
+    s = c.snapshot()
+    len(s)
+    ready.set()
+    time.sleep(600)
+
+
+def test_a_killed_processes_snapshot_holds_nothing_off(path):
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    with pyqstore.open(path, "n", sync=False, checkpoint_size=64 * 1024) as c:
+        c.put(b"k", b"v")
+        p = ctx.Process(target=_hold_snapshot, args=(path, ready), daemon=True)
+        p.start()
+        try:
+            assert ready.wait(60)
+            for i in range(100):
+                c.putdup_many((b"x%06d" % (i * 10 + j), b"y" * 1000) for j in range(10))
+            assert c.stats()["log_bytes"] > 512 * 1024     # held off by the live pin
+        finally:
+            p.kill()
+            p.join(30)
+        c.putdup_many((b"z%d" % j, b"y" * 1000) for j in range(10))
+        assert c.stats()["log_bytes"] < 64 * 1024          # checkpointed at once
+        assert len(c) == 1 + 1000 + 10
