@@ -17,6 +17,8 @@
 
 #define DEFAULT_CACHE (256ull << 20)
 #define DEFAULT_CHECKPOINT (4ull << 20)
+/* How long the log may grow while a snapshot holds checkpoints off. */
+#define DEFAULT_SNAPSHOT_LOG (1ull << 30)
 #define LOG_SUFFIX "-log"
 #define SHM_SUFFIX "-shm"
 /* How long a checkpoint waits for other processes' operations to end
@@ -92,6 +94,8 @@ const char *qs_strerror(int rc)
     case QS_CLOSED: return "casket is closed";
     case QS_FULL: return "casket is full (2^32 pages)";
     case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
+    case QS_SNAPSHOT_OLD:
+        return "snapshot too old: the log outgrew its limit and was checkpointed under it";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     default:
         if (rc > 0)
@@ -155,7 +159,9 @@ int cs_view_lock(qs_casket *c)
     if (!c->shared)
         return 0;
     sh_op_enter(&c->sh);
-    int rc = catch_up(c);
+    /* A snapshot never moves; a checkpoint may only have taken its pages
+     * away after revoking its pin (inside the guard we are now in). */
+    int rc = c->frozen ? (sh_pin_revoked(&c->sh) ? QS_SNAPSHOT_OLD : 0) : catch_up(c);
     if (rc) {
         sh_op_leave(&c->sh);
         pthread_mutex_unlock(&c->mu);
@@ -330,9 +336,22 @@ static int group_sync(qs_casket *c, uint64_t lsn)
 static int checkpoint_locked(qs_casket *c, uint64_t keep)
 {
     int rc = 0;
+    /* A snapshot below its log limit holds the checkpoint off: put off to
+     * a later commit like one that waited too long for readers.  Tested
+     * first without the guard (cheap, and readers are not stopped), then
+     * again inside it, where no pin can be taken any more. */
+    if (c->shared && sh_pins_hold(&c->sh, c->pg.log_end))
+        return QS_LOCKED;
     /* Other processes may be reading pages the copy overwrites. */
     if (c->shared && (rc = sh_ckpt_begin(&c->sh, CKPT_WAIT)) != 0)
         return rc;
+    if (c->shared) {
+        if (sh_pins_hold(&c->sh, c->pg.log_end)) {
+            sh_ckpt_end(&c->sh);
+            return QS_LOCKED;
+        }
+        sh_pins_revoke(&c->sh);     /* their next operation fails */
+    }
     /* Write-ahead rule: the main file may only receive pages whose log
      * frames are durable, or a power cut halfway through the copy could
      * leave newer pages in it than the log can replay to.  Holds with sync
@@ -1642,35 +1661,148 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
     return rc;
 }
 
-/* Copies every record of src (committed view) into dst's transaction. */
-static int copy_records(pager *src, pager *dst)
+/* Where a copy of every record (compaction, backup) has got to. */
+typedef struct copy_state {
+    int ns;                     /* namespace being copied */
+    int positioned;             /* path is on the next record of ns */
+    int done;
+    bt_path path;
+    bt_buf k, v;
+} copy_state;
+
+/* The records a copy will make, for its progress (committed view). */
+static int copy_total(pager *src, uint64_t *total)
+{
+    *total = 0;
+    for (int ns = 0; ns < PG_NAMESPACES; ns++) {
+        bt_ctx from = {src, 0, ns};
+        uint64_t n;
+        int rc = bt_total(&from, &n);
+        if (rc)
+            return rc;
+        *total += n;
+    }
+    return 0;
+}
+
+/* Copies up to max more records of src (committed view) into dst's
+ * transaction, each namespace in order, counting them in *progress; sets
+ * st->done after the last.  The path stays valid between calls only while
+ * src's committed view does not move: the caller holds its operation mutex
+ * throughout, or src is a snapshot. */
+static int copy_some(pager *src, pager *dst, copy_state *st, size_t max,
+                     _Atomic uint64_t *progress)
 {
     int rc = 0;
-    bt_buf k = {0}, v = {0};
-    for (int ns = 0; ns < PG_NAMESPACES && rc == 0; ns++) {
-        bt_ctx from = {src, 0, ns}, to = {dst, 1, ns};
-        bt_path path, at;
-        rc = bt_first(&from, &path);
-        while (rc == 0) {
+    while (!st->done && max > 0) {
+        bt_ctx from = {src, 0, st->ns}, to = {dst, 1, st->ns};
+        if (!st->positioned) {
+            rc = bt_first(&from, &st->path);
+            st->positioned = 1;
+        }
+        for (; rc == 0 && max > 0; max--) {
             uint64_t seq;
-            k.len = v.len = 0;
-            if ((rc = bt_read(&from, &path, &k, &v, 0, &seq)) != 0)
+            bt_path at;
+            st->k.len = st->v.len = 0;
+            if ((rc = bt_read(&from, &st->path, &st->k, &st->v, 0, &seq)) != 0)
                 break;
-            bt_key pk = {k.data, (uint32_t)k.len, seq};
+            bt_key pk = {st->k.data, (uint32_t)st->k.len, seq};
             if ((rc = bt_seek(&to, &pk, &at)) != 0 && rc != QS_NOTFOUND)
                 break;
-            if ((rc = bt_insert(&to, &at, &pk, v.data, v.len)) != 0)
+            if ((rc = bt_insert(&to, &at, &pk, st->v.data, st->v.len)) != 0)
                 break;
             if ((rc = pg_trim(dst, 1)) != 0 || (rc = pg_trim(src, 0)) != 0)
                 break;
-            rc = bt_next(&from, &path);
+            atomic_fetch_add_explicit(progress, 1, memory_order_relaxed);
+            rc = bt_next(&from, &st->path);
         }
-        if (rc == QS_NOTFOUND)
+        if (rc == QS_NOTFOUND) {
             rc = 0;
+            st->positioned = 0;
+            st->done = ++st->ns == PG_NAMESPACES;
+        }
+        if (rc)
+            break;
     }
-    free(k.data);
-    free(v.data);
     return rc;
+}
+
+static void copy_free(copy_state *st)
+{
+    free(st->k.data);
+    free(st->v.data);
+}
+
+/* Copies every record of src (committed view) into dst's transaction. */
+static int copy_records(pager *src, pager *dst, qs_casket *counted)
+{
+    copy_state st = {0};
+    uint64_t total;
+    int rc = copy_total(src, &total);
+    if (rc == 0) {
+        atomic_store(&counted->progress_done, 0);
+        atomic_store(&counted->progress_total, total);
+        rc = copy_some(src, dst, &st, SIZE_MAX, &counted->progress_done);
+    }
+    copy_free(&st);
+    return rc;
+}
+
+/* A private casket a copy is written into (compaction, backup): no region,
+ * no sync per commit (it is synced once, whole, by scratch_finish). */
+static int scratch_open(const char *path, qs_casket **out)
+{
+    qs_options o;
+    qs_options_init(&o);
+    o.mode = QS_OPEN_NEW;
+    o.sync = 0;
+    o.lock_timeout = 0;
+    return open_casket(path, &o, 0, out);
+}
+
+/* Ends the scratch casket's transaction: commits it when rc is 0 (else
+ * aborts it), checkpoints everything into its main file and syncs that, so
+ * the file alone is the casket.  Returns the first error. */
+static int scratch_finish(qs_casket *t, int rc)
+{
+    if (rc == 0) {
+        int wrote;
+        if ((rc = pg_commit_prepare(&t->pg)) == 0)
+            rc = pg_commit_write(&t->pg, 0, &wrote);
+        if (rc == 0 && wrote)
+            pg_publish(&t->pg);
+    }
+    if (t->pg.in_txn)
+        pg_abort(&t->pg);
+    if (rc == 0 && (rc = writer_enter(t)) == 0) {
+        rc = checkpoint_locked(t, PG_SIZE);
+        writer_leave(t);
+    }
+    if (rc == 0 && fsync(t->fd) != 0)
+        rc = errno;
+    return rc;
+}
+
+static void scratch_free(qs_casket *t)
+{
+    if (t) {
+        pg_close(&t->pg);
+        destroy_sync(t);
+        casket_free(t);
+    }
+}
+
+/* Opens the directory holding path (for the sync that makes a rename or a
+ * link durable).  0 and *dfd, or an error. */
+static int open_dir_of(const char *path, int *dfd)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
+    if (!dir)
+        return QS_NOMEM;
+    *dfd = open(dir, O_RDONLY | O_CLOEXEC);
+    free(dir);
+    return *dfd < 0 ? errno : 0;
 }
 
 static int do_compact(qs_casket *c)
@@ -1702,46 +1834,22 @@ static int do_compact(qs_casket *c)
     snprintf(tmplog, n + 32, "%s-compact%s", c->path, LOG_SUFFIX);
     if ((rc = heal(c)) != 0 || (rc = checkpoint_locked(c, PG_SIZE)) != 0)
         goto out;
-    qs_options o;
-    qs_options_init(&o);
-    o.mode = QS_OPEN_NEW;
-    o.sync = 0;
-    o.lock_timeout = 0;
-    if ((rc = open_casket(tmp, &o, 0, &t)) != 0)
+    if ((rc = scratch_open(tmp, &t)) != 0)
         goto out;
     pthread_mutex_lock(&c->mu);
     t->pg.next_txn = c->pg.next_txn;
     pg_begin(&t->pg);
     t->pg.wmeta.next_id = c->pg.meta.next_id;
     t->pg.wmeta.next_seq = c->pg.meta.next_seq;
-    rc = copy_records(&c->pg, &t->pg);
+    rc = copy_records(&c->pg, &t->pg, c);
     pthread_mutex_unlock(&c->mu);
-    if (rc == 0) {
-        int wrote;
-        if ((rc = pg_commit_prepare(&t->pg)) == 0)
-            rc = pg_commit_write(&t->pg, 0, &wrote);
-        if (rc == 0 && wrote)
-            pg_publish(&t->pg);
-    }
-    if (t->pg.in_txn)
-        pg_abort(&t->pg);
-    if (rc == 0 && (rc = writer_enter(t)) == 0) {
-        rc = checkpoint_locked(t, PG_SIZE);
-        writer_leave(t);
-    }
-    if (rc == 0 && fsync(t->fd) != 0)
-        rc = errno;
+    rc = scratch_finish(t, rc);
     if (rc)
         goto out;
     /* The directory is opened before the rename, so that nothing can fail
      * between the rename and the sync that makes it durable. */
-    char *slash = strrchr(c->path, '/');
-    char *dir = slash ? strndup(c->path, (size_t)(slash - c->path) + 1) : strdup(".");
-    int dfd = dir ? open(dir, O_RDONLY | O_CLOEXEC) : -1;
-    if (dfd < 0)
-        rc = dir ? errno : QS_NOMEM;
-    free(dir);
-    if (rc)
+    int dfd;
+    if ((rc = open_dir_of(c->path, &dfd)) != 0)
         goto out;
     /* The rename is the commit point: before it the old file is the casket,
      * after it the new one, and the log is empty either way. */
@@ -1783,11 +1891,7 @@ static int do_compact(qs_casket *c)
     if (rc == 0)
         rc = dir_rc;
 out:
-    if (t) {
-        pg_close(&t->pg);
-        destroy_sync(t);
-        casket_free(t);
-    }
+    scratch_free(t);
     if (tmplog)
         unlink(tmplog);
     if (tmp && rc)
@@ -1798,6 +1902,135 @@ out:
         sh_share(&c->sh);
     writer_leave(c);
     return rc;
+}
+
+/* ---- snapshots and backups ---------------------------------------------------- */
+
+static int do_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
+                            qs_casket **out)
+{
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    qs_options o;
+    qs_options_init(&o);
+    o.mode = QS_OPEN_READ;
+    o.lock_timeout = c->lock_timeout;
+    o.cache_bytes = cache_bytes;
+    o.checkpoint_bytes = c->checkpoint_bytes;
+    qs_casket *s;
+    int rc = open_casket(c->path, &o, 1, &s);
+    if (rc)
+        return rc;
+    /* The newest commit, pinned inside the checkpoint guard: a checkpoint
+     * either ended before (we read its result) or sees the pin. */
+    if ((rc = cs_view_lock(s)) == 0) {
+        if (s->shared)
+            sh_pin(&s->sh, max_log_bytes ? max_log_bytes : DEFAULT_SNAPSHOT_LOG);
+        s->frozen = 1;
+        cs_view_unlock(s);
+    }
+    if (rc) {
+        qs_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static char *suffixed(const char *path, const char *suffix)
+{
+    size_t n = strlen(path), m = strlen(suffix);
+    char *p = malloc(n + m + 1);
+    if (p) {
+        memcpy(p, path, n);
+        memcpy(p + n, suffix, m + 1);
+    }
+    return p;
+}
+
+/* Records copied per operation of the snapshot: short enough that a
+ * checkpoint never waits long for the copy, long enough to amortize the
+ * guard. */
+#define BACKUP_STEP 2048
+
+/* Copies snapshot s into the scratch casket t, one step per operation. */
+static int backup_copy(qs_casket *c, qs_casket *s, qs_casket *t)
+{
+    copy_state st = {0};
+    uint64_t total = 0;
+    int rc = cs_view_lock(s);
+    if (rc)
+        return rc;
+    rc = copy_total(&s->pg, &total);
+    t->pg.next_txn = s->pg.meta.txn + 1;
+    pg_begin(&t->pg);
+    t->pg.wmeta.next_id = s->pg.meta.next_id;
+    t->pg.wmeta.next_seq = s->pg.meta.next_seq;
+    cs_view_unlock(s);
+    atomic_store(&c->progress_done, 0);
+    atomic_store(&c->progress_total, total);
+    while (rc == 0 && !st.done && (rc = cs_view_lock(s)) == 0) {
+        rc = copy_some(&s->pg, &t->pg, &st, BACKUP_STEP, &c->progress_done);
+        cs_view_unlock(s);
+    }
+    copy_free(&st);
+    return rc;
+}
+
+static int do_backup(qs_casket *c, const char *dest)
+{
+    if (!dest || !*dest)
+        return QS_INVAL;
+    int rc = 0;
+    char *dlog = suffixed(dest, LOG_SUFFIX), *dshm = suffixed(dest, SHM_SUFFIX);
+    char *tmp = suffixed(dest, "-backup"), *tmplog = tmp ? suffixed(tmp, LOG_SUFFIX) : NULL;
+    qs_casket *s = NULL, *t = NULL;
+    if (!dlog || !dshm || !tmp || !tmplog) {
+        rc = QS_NOMEM;
+        goto out;
+    }
+    /* Never over another casket: its log would be replayed over the copy. */
+    if (access(dest, F_OK) == 0 || access(dlog, F_OK) == 0 || access(dshm, F_OK) == 0) {
+        rc = EEXIST;
+        goto out;
+    }
+    if ((rc = do_snapshot_open(c, 0, 0, &s)) != 0 || (rc = scratch_open(tmp, &t)) != 0)
+        goto out;
+    rc = scratch_finish(t, backup_copy(c, s, t));
+    int dfd = -1;
+    if (rc == 0)
+        rc = open_dir_of(dest, &dfd);
+    /* link, not rename: it fails rather than replace a file that appeared
+     * at dest meanwhile. */
+    if (rc == 0 && link(tmp, dest) != 0)
+        rc = errno;
+    if (rc == 0 && fsync(dfd) != 0)
+        rc = errno;
+    if (dfd >= 0)
+        close(dfd);
+out:
+    scratch_free(t);
+    if (s)
+        qs_close(s);
+    if (tmp)
+        unlink(tmp);
+    if (tmplog)
+        unlink(tmplog);
+    free(dlog);
+    free(dshm);
+    free(tmp);
+    free(tmplog);
+    return rc;
+}
+
+static int do_progress(qs_casket *c, uint64_t *done, uint64_t *total)
+{
+    if (!done || !total)
+        return QS_INVAL;
+    *done = atomic_load(&c->progress_done);
+    *total = atomic_load(&c->progress_total);
+    return 0;
 }
 
 static int do_stat_get(qs_casket *c, qs_stat *st)
@@ -2140,6 +2373,9 @@ COUNTED(qs_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count
 COUNTED(qs_sync, (qs_casket *c), c, c, do_sync, (c))
 COUNTED(qs_check, (qs_casket *c, char *msg, size_t msgcap), c, c, do_check, (c, msg, msgcap))
 COUNTED(qs_compact, (qs_casket *c), c, c, do_compact, (c))
+COUNTED(qs_snapshot_open, (qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes, qs_casket **out), c, c, do_snapshot_open, (c, max_log_bytes, cache_bytes, out))
+COUNTED(qs_backup, (qs_casket *c, const char *dest), c, c, do_backup, (c, dest))
+COUNTED(qs_progress, (qs_casket *c, uint64_t *done, uint64_t *total), c, c, do_progress, (c, done, total))
 COUNTED(qs_stat_get, (qs_casket *c, qs_stat *st), c, c, do_stat_get, (c, st))
 COUNTED(qs_cursor_open, (qs_casket *c, qs_cursor **out), c, c, do_cursor_open, (c, out))
 COUNTED(qs_bench_seed, (qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen, size_t n), c, c, do_bench_seed, (c, qkey, qklen, ids, idlen, n))

@@ -60,6 +60,10 @@ struct qs_casket {
     uint64_t seen_seq;          /* the shared commit count our view reflects */
     uint64_t wrote_seq;         /* ... right after our last own commit */
     double lock_timeout;
+    int frozen;                 /* a snapshot (qs_snapshot_open): the view
+                                   stays at one commit, pinned in the region */
+    /* a running compaction or backup: records copied, records to copy */
+    _Atomic uint64_t progress_done, progress_total;
     unsigned fork_gen;          /* fork generation at open (see cs_enter_call) */
 };
 

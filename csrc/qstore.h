@@ -65,7 +65,10 @@ enum {
     QS_RESFULL = -32016,    /* qs_queue_reserve: the casket's table of
                                reservations held at once (49,152, over all
                                handles and processes) is full */
-    QS_LAST_ERRCODE = -32016
+    QS_SNAPSHOT_OLD = -32017, /* a snapshot's log limit was reached and a
+                               checkpoint took the pages it read: the
+                               snapshot only closes now */
+    QS_LAST_ERRCODE = -32017
 };
 
 enum {
@@ -233,7 +236,9 @@ int qs_outlist(qs_casket *c, const void *key, size_t klen,
                uint64_t *removed);
 
 /* Writes every committed change to the main file and syncs it
- * (a checkpoint).  Fails with QS_TXN while this thread has a transaction. */
+ * (a checkpoint).  Fails with QS_TXN while this thread has a transaction;
+ * QS_LOCKED when another handle's operation or an open snapshot holds the
+ * checkpoint off (nothing is lost: the commits stay in the log). */
 int qs_sync(qs_casket *c);
 
 /* Walks the whole file: every page's checksum, the tree's order and counts,
@@ -253,6 +258,44 @@ int qs_check(qs_casket *c, char *msg, size_t msgcap);
  * error until the casket is reopened; an error syncing the directory after
  * a successful switch is returned as is. */
 int qs_compact(qs_casket *c);
+
+/* Opens a snapshot of c: a new read-only handle (*out, the caller's until
+ * qs_close) whose view is the newest commit of any handle at the time of
+ * the call and stays there, across calls and processes, until it is closed.
+ * Every read function, cursors and the queue reads (qs_queue_peek,
+ * qs_queue_scan, qs_queue_len, qs_queue_list) work on it; writes fail with
+ * QS_READONLY.  It does not see the calling thread's open transaction.
+ * Reservations are not part of a commit: qs_queue_len and qs_queue_peek on
+ * a snapshot skip the items reserved now, qs_queue_scan shows them all.
+ *
+ * A snapshot never blocks writers.  It holds checkpoints off (they would
+ * overwrite main-file pages it reads): while it is open the log grows,
+ * until it is max_log_bytes long (0: 1 GiB).  Then the next checkpoint goes
+ * ahead anyway and every later call on the snapshot fails with
+ * QS_SNAPSHOT_OLD (it can only be closed).  While a snapshot holds them
+ * off, checkpoints are put off as when readers are slow: qs_sync returns
+ * QS_LOCKED, commits go on.  cache_bytes is the snapshot's page memory
+ * budget (0: as qs_options).  Fails as qs_open (mode QS_OPEN_READ) on c's
+ * path; on failure *out is NULL. */
+int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
+                     qs_casket **out);
+
+/* Writes a consistent copy of c to a new casket at dest while other
+ * handles and processes go on writing: the records and queue items of one
+ * commit (through a snapshot, as qs_snapshot_open), compacted, in one main
+ * file that is synced and needs no log (reservations are not copied: their
+ * items are there, unreserved).  The copy is built as dest-backup (and
+ * dest-backup-log) and linked to dest only when complete and durable, so a
+ * failed or killed backup leaves no dest.  Fails with EEXIST when dest,
+ * dest-log or dest-shm exists (nothing is replaced), QS_SNAPSHOT_OLD when
+ * the log outgrew the snapshot's limit during the copy, or an errno; then
+ * no dest exists.  Progress is reported by qs_progress. */
+int qs_backup(qs_casket *c, const char *dest);
+
+/* Progress of the compaction or backup running on c (or of the last one):
+ * *done records copied of *total.  Callable from another thread while it
+ * runs.  Both 0 before the first. */
+int qs_progress(qs_casket *c, uint64_t *done, uint64_t *total);
 
 /* Fills *st.  Never fails on an open handle. */
 int qs_stat_get(qs_casket *c, qs_stat *st);
@@ -403,6 +446,19 @@ int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
  * has none. */
 int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
                   qs_items **out);
+
+/* Returns copies of the items of the queue whose ids are above `after`, in
+ * id order, reserved ones included, without consuming: up to max (>= 1)
+ * items and, past the first, about max_bytes of payload.  Pass the last
+ * id returned as `after` to go on; *out has count 0 at the end (also for a
+ * queue that does not exist).  Each call reads the caller's view then: on
+ * a snapshot (qs_snapshot_open) all calls see one commit; elsewhere each
+ * call sees the newest, so an iteration never yields an item twice or out
+ * of order, yields every item that stayed in the queue throughout, and
+ * may or may not yield items added or consumed meanwhile.  QS_INVAL: a bad
+ * name, max 0, after UINT64_MAX. */
+int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
+                  size_t max_bytes, qs_items **out);
 
 /* Reserves the first available item (waiting as qs_queue_get) and returns
  * it with its reservation token in (*out)->token.  lease > 0: the

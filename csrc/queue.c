@@ -537,6 +537,19 @@ static int out_finish(outbuf *o, uint64_t token, qs_items *it, qs_items **out)
     return 0;
 }
 
+/* Hands over what a read (nothing consumed) collected, rc its outcome. */
+static int out_read(outbuf *o, int rc, qs_items **out)
+{
+    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
+    if (rc == 0 && !it)
+        rc = QS_NOMEM;
+    if (rc) {
+        out_drop(o);
+        return rc;
+    }
+    return out_finish(o, 0, it, out);
+}
+
 void qs_items_free(qs_items *it)
 {
     if (!it)
@@ -1167,14 +1180,52 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
             rc = 0;
     }
     cs_read_leave(c, &bt);
-    qs_items *it = rc ? NULL : calloc(1, sizeof *it);
-    if (rc == 0 && !it)
-        rc = QS_NOMEM;
-    if (rc) {
-        out_drop(&o);
+    return out_read(&o, rc, out);
+}
+
+/* Items of the queue after id `after`, reserved or not, up to max items and
+ * (after the first) about max_bytes of payload: an iteration that does not
+ * consume and needs no registry (a snapshot's view does not move, other
+ * views move between calls and the next call goes on after the last id). */
+static int do_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
+                   size_t max_bytes, qs_items **out)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && (max == 0 || after == UINT64_MAX))
+        rc = QS_INVAL;
+    if (rc)
         return rc;
+    uint32_t klen = (uint32_t)nlen + 1;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    outbuf o = {0};
+    bt_path path;
+    bt_key pk = {key, klen, after + 1};
+    rc = bt_seek_ge(&bt, &pk, &path);
+    while (rc == 0 && o.n < max && (o.n == 0 || o.data.len < max_bytes)) {
+        int eq, shared;
+        uint64_t id;
+        if ((rc = bt_key_is(&bt, &path, key, klen, &eq)) != 0)
+            break;
+        if (!eq) {
+            rc = QS_NOTFOUND;
+            break;
+        }
+        if ((rc = out_begin(&o)) != 0 || (rc = bt_read(&bt, &path, NULL, NULL, 0, &id)) != 0 ||
+            (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
+            break;
+        out_end(&o, id);
+        rc = bt_next(&bt, &path);
     }
-    return out_finish(&o, 0, it, out);
+    if (rc == QS_NOTFOUND)
+        rc = 0;
+    cs_read_leave(c, &bt);
+    return out_read(&o, rc, out);
 }
 
 /* ---- ack, release, clear ------------------------------------------------- */
@@ -1398,6 +1449,7 @@ COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t 
 COUNTED(qs_queue_put_framed, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames, size_t frames_len, uint64_t *first_id), c, c, do_put_framed, (c, name, nlen, n, frames, frames_len, first_id))
 COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
 COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
+COUNTED(qs_queue_scan, (qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max, size_t max_bytes, qs_items **out), c, c, do_scan, (c, name, nlen, after, max, max_bytes, out))
 COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))
 COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, timeout, lease, out))
 COUNTED(qs_queue_ack, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_ack, (c, name, nlen, id, token))

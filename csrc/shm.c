@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define SH_MAGIC "qstshm\0\x01"
-#define SH_VERSION 2
+#define SH_VERSION 3
 #define BYTE_ATTACH 0
 #define BYTE_SLOT 16
 
@@ -218,6 +218,8 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
         r->slot = i;
         r->gen = atomic_fetch_add(&s->gen, 1) + 1;
         atomic_store(&s->in_op, 0);
+        atomic_store(&s->pin_limit, 0);     /* a dead holder's snapshot */
+        atomic_store(&s->pin_revoked, 0);
         atomic_store(&s->pid, (uint32_t)getpid());
         atomic_store(&s->used, 1);
         rc = 0;
@@ -276,6 +278,7 @@ void sh_close(sh_region *r)
         return;
     sh_slot *s = &r->slots[r->slot];
     atomic_store(&s->in_op, 0);
+    atomic_store(&s->pin_limit, 0);
     atomic_store(&s->used, 0);
     munmap(r->base, r->size);
     close(r->fd);
@@ -518,6 +521,53 @@ void sh_ckpt_end(sh_region *r)
     atomic_fetch_add(&h->ckpt_seq, 1);
     if (atomic_load(&h->ckpt_waiters))
         fwake(&h->ckpt_seq, INT_MAX);
+}
+
+/* ---- snapshot pins ---------------------------------------------------------------- */
+
+void sh_pin(sh_region *r, uint64_t limit)
+{
+    sh_slot *s = &r->slots[r->slot];
+    atomic_store(&s->pin_revoked, 0);
+    atomic_store(&s->pin_limit, limit);
+}
+
+void sh_unpin(sh_region *r)
+{
+    sh_slot *s = &r->slots[r->slot];
+    atomic_store(&s->pin_limit, 0);
+    atomic_store(&s->pin_revoked, 0);
+}
+
+int sh_pin_revoked(const sh_region *r)
+{
+    return atomic_load(&r->slots[r->slot].pin_revoked) != 0;
+}
+
+int sh_pins_hold(const sh_region *r, uint64_t log_bytes)
+{
+    for (uint32_t i = 0; i < SH_SLOTS; i++) {
+        const sh_slot *s = &r->slots[i];
+        uint64_t limit = atomic_load(&s->pin_limit);
+        /* the byte lock last: a system call, only for a pin that counts */
+        if (i != r->slot && limit > log_bytes && !atomic_load(&s->pin_revoked) &&
+            slot_alive(r, i))
+            return 1;
+    }
+    return 0;
+}
+
+uint32_t sh_pins_revoke(sh_region *r)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < SH_SLOTS; i++) {
+        sh_slot *s = &r->slots[i];
+        if (i != r->slot && atomic_load(&s->pin_limit) && !atomic_load(&s->pin_revoked)) {
+            atomic_store(&s->pin_revoked, 1);
+            n++;
+        }
+    }
+    return n;
 }
 
 /* ---- wake-ups ---------------------------------------------------------------- */

@@ -33,6 +33,12 @@ typedef struct sh_slot {
     _Atomic uint32_t gen;       /* bumped each time the slot is taken */
     _Atomic uint32_t used;
     _Atomic uint32_t pid;
+    /* A snapshot held through this slot: while pin_limit is nonzero no
+     * checkpoint may restart the log until the log is pin_limit bytes long;
+     * a checkpoint that goes ahead then sets pin_revoked first. */
+    _Atomic uint64_t pin_limit;
+    _Atomic uint32_t pin_revoked;
+    uint32_t pin_pad;
 } sh_slot;
 
 /* One reserved queue item.  id 0 marks an empty entry (ids start at 1). */
@@ -139,6 +145,26 @@ void sh_op_leave(sh_region *r);
  * already done). */
 int sh_ckpt_begin(sh_region *r, double max_wait);
 void sh_ckpt_end(sh_region *r);
+
+/* ---- snapshot pins ----------------------------------------------------------------
+ * A snapshot reads the main file and the log as of one commit, across many
+ * operations.  Its pin holds checkpoints off (they would overwrite main-file
+ * pages it reads and restart the log under it) until the log reaches the
+ * pin's limit; then the checkpoint revokes the pin, and the snapshot's next
+ * operation fails.  Pins are set and tested inside an operation (between
+ * sh_op_enter and sh_op_leave), and revoked only by a checkpointer past
+ * sh_ckpt_begin, so a revoked pin is never read from after the revocation. */
+/* Pins our slot's view until the log is limit (> 0) bytes long. */
+void sh_pin(sh_region *r, uint64_t limit);
+void sh_unpin(sh_region *r);
+/* Whether a checkpoint revoked our pin. */
+int sh_pin_revoked(const sh_region *r);
+/* Whether another live handle's pin still holds checkpoints off with the
+ * log log_bytes long. */
+int sh_pins_hold(const sh_region *r, uint64_t log_bytes);
+/* Revokes every other handle's pin (a checkpointer, past sh_ckpt_begin);
+ * returns how many. */
+uint32_t sh_pins_revoke(sh_region *r);
 
 /* ---- wake-ups ---------------------------------------------------------------- */
 

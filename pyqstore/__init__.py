@@ -15,7 +15,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._casket import BytesLike, Casket, open
+from ._casket import BytesLike, Casket, Snapshot, open
 from ._queue import Item, Queue
 from .errors import (
     ClosedError,
@@ -35,6 +35,7 @@ from .errors import (
     NotReservedError,
     PermissionDenied,
     ReadOnlyError,
+    SnapshotTooOldError,
     TooBigError,
     TransactionError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "__version__",
     "open",
     "Casket",
+    "Snapshot",
     "BytesLike",
     "Queue",
     "Item",
@@ -63,6 +65,7 @@ __all__ = [
     "NoMemoryError",
     "FullError",
     "ForkedError",
+    "SnapshotTooOldError",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",

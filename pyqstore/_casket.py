@@ -13,7 +13,7 @@ from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
 from ._queue import Queue, list_queues, publish
 
-__all__ = ["Casket", "open", "BytesLike"]
+__all__ = ["Casket", "Snapshot", "open", "BytesLike"]
 
 BytesLike = Union[bytes, bytearray, memoryview, str]
 """What keys and values may be: bytes-like objects, or str (UTF-8)."""
@@ -578,8 +578,16 @@ class Casket:
 
         ``start``: forward, begin at the first key >= start; with
         ``reverse=True``, walk backwards from the last record whose key is
-        <= start.  The iterator reads the calling thread's view (its own
-        transaction's changes, or the last commit).
+        <= start.
+
+        What it sees: records are read in batches (up to 256 records or
+        about 1 MiB).  Each batch reads the calling thread's view at that
+        moment: its own transaction's changes, or else the newest commit of
+        any handle or process.  So while others commit, an iteration never
+        yields a record twice or out of order and yields every record that
+        stays in place throughout, but records added or removed meanwhile
+        may or may not appear, and the total matches no single commit.  For
+        one commit's state, iterate a :meth:`snapshot`.
         """
         self._check_iter_args(start)
         return self._items(start, reverse)
@@ -683,6 +691,74 @@ class Casket:
         the item id (the same in every queue)."""
         return publish(self, payload, names, codec)
 
+    # ------------------------------------------------------------- snapshots
+
+    def snapshot(self, *, max_log_size: Optional[int] = None,
+                 cache_size: Optional[int] = None) -> "Snapshot":
+        """A read-only view of one commit: every read and iteration through
+        it (records, ``queue(name).iter()``, ``peek_many``, ``len``) sees
+        the newest commit at the time of this call, whatever other threads
+        and processes commit meanwhile, until it is closed.  Use it as a
+        context manager::
+
+            with casket.snapshot() as s:
+                n = sum(1 for _ in s.items())   # one commit's count
+
+        It does not see this thread's open transaction.  It never blocks
+        writers.  While it is open, checkpoints are held off (they would
+        overwrite pages it reads), so the log grows with every commit, up to
+        ``max_log_size`` bytes (None: 1 GiB).  Then a checkpoint goes ahead
+        anyway and every later read of the snapshot raises
+        :class:`SnapshotTooOldError`; close it and take a new one.  Closing
+        it lets the next commit checkpoint and shrink the log again.
+        Reservations are live state, not part of a commit: ``len`` and
+        ``peek_many`` skip the items reserved now, ``iter()`` yields them.
+
+        ``cache_size``: the snapshot's page memory budget (None: as for
+        :func:`open`).  A snapshot is a read-only handle of its own (it
+        takes one of the 128 handle slots); writes raise ReadOnlyError.
+        """
+        for name, v in (("max_log_size", max_log_size), ("cache_size", cache_size)):
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise ValueError(f"{name} must be a positive int or None, not {v!r}")
+        out = ffi.new("qs_casket **")
+        rc = lib.qs_snapshot_open(self._c, max_log_size or 0, cache_size or 0, out)
+        if rc:
+            raise self._error(rc, "snapshot")
+        return Snapshot(self, out[0])
+
+    def backup(self, dest: PathLike) -> None:
+        """Write a consistent copy of the casket to a new file ``dest``
+        while this and other handles and processes go on writing.
+
+        The copy holds exactly the records and queue items of one commit
+        (read through a :meth:`snapshot`), compacted, in a single synced
+        file that opens on its own: no ``-log`` or ``-shm`` file goes with
+        it.  Reserved items are copied as ordinary items.  It is written as
+        ``dest + "-backup"`` and linked to ``dest`` only once complete and
+        durable, so a failed or killed backup leaves no ``dest``.
+
+        Raises FileExists when ``dest``, ``dest-log`` or ``dest-shm`` exists
+        (nothing is replaced), :class:`SnapshotTooOldError` when the log
+        outgrew the snapshot's limit (1 GiB) during the copy.
+        :meth:`copy_progress` tells how far it has got.
+        """
+        bdest = os.fsencode(os.fspath(dest))
+        if not bdest or b"\0" in bdest:
+            raise ValueError("backup destination must be a non-empty path without NUL bytes")
+        rc = lib.qs_backup(self._c, bdest)
+        if rc:
+            raise error_for(rc, "backup", os.fsdecode(bdest))
+
+    def copy_progress(self) -> tuple[int, int]:
+        """``(records copied, records to copy)`` of the :meth:`compact` or
+        :meth:`backup` running on this casket (in another thread), or of the
+        last one; ``(0, 0)`` before the first."""
+        done = ffi.new("uint64_t *")
+        total = ffi.new("uint64_t *")
+        self._call("progress", lib.qs_progress, done, total)
+        return int(done[0]), int(total[0])
+
     # -------------------------------------------------------------- upkeep
 
     def sync(self) -> None:
@@ -713,6 +789,29 @@ class Casket:
         d: dict[str, Any] = {name: int(getattr(st, name)) for name in _STAT_FIELDS}
         d["path"] = self.path
         return d
+
+
+class Snapshot(Casket):
+    """A read-only view of one commit of a casket; see
+    :meth:`Casket.snapshot`.  It has every read method of a Casket (get,
+    getdup, count, len, items, keys, values, queue, queues, queue_lengths,
+    stats, check); writes raise ReadOnlyError.  Close it (or leave its
+    ``with`` block) as soon as it is no longer needed: while it is open the
+    casket's log cannot be checkpointed."""
+
+    def __init__(self, parent: Casket, handle: Any) -> None:  # noqa: D107 - internal
+        self._close_lock = threading.Lock()
+        self.path = parent.path
+        self.flag = "r"
+        self._c = handle
+        self._closing = 0
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<pyqstore.Snapshot of {self.path!r} {state}>"
 
 
 def open(

@@ -13,7 +13,7 @@ import struct
 import threading
 from array import array
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Protocol, Union
 
 from ._qstore import ffi, lib
 from .errors import Empty, TooBigError, error_for
@@ -189,6 +189,11 @@ def _pack(items: list[Any]) -> tuple[bytes, array]:
 
 
 _MIXED = (1 << 64) - 1
+
+# One qs_queue_scan call of Queue.iter reads at most this many items, and
+# past the first about this many bytes: memory stays bounded for any queue.
+_SCAN_ITEMS = 256
+_SCAN_BYTES = 1 << 20
 
 
 @functools.lru_cache(maxsize=64)
@@ -432,6 +437,47 @@ class Queue:
         if codec is not None:
             return [codec.decode(p) for p in payloads]
         return payloads
+
+    def iter(self, with_ids: bool = False) -> Iterator[Any]:
+        """Iterate the queue's items in id order (oldest first) without
+        consuming them: each payload (decoded by the queue's codec), or
+        ``(id, payload)`` with ``with_ids=True``.
+
+        Every item stored in the queue is yielded, reserved ones included: a
+        reservation hides an item from other consumers but it is still in
+        the queue (and back at the front after a crash), so a dump or a
+        backup must hold it.  (:meth:`peek_many` and ``len()`` skip them.)
+
+        The items are read in batches (up to 256 items or about 1 MiB).  On a
+        snapshot (``with casket.snapshot() as s: s.queue(name).iter()``) all
+        batches see one commit.  Otherwise each batch reads the newest commit
+        at that moment: items come in id order and never twice, every item
+        that stays in the queue meanwhile is yielded, and items put or
+        consumed during the iteration may or may not be.
+        """
+        if self._casket._closing:
+            raise self._casket._closed_error()
+        return self._iter(bool(with_ids))
+
+    def _iter(self, with_ids: bool) -> Iterator[Any]:
+        out = _new("qs_items **")
+        k = self._key
+        codec = self._codec
+        after = 0
+        while True:
+            rc = lib.qs_queue_scan(self._c, k, self._klen, after, _SCAN_ITEMS, _SCAN_BYTES, out)
+            if rc:
+                self._raise(rc, "iter")
+            ids, payloads = _split(out[0])
+            if not ids:
+                return
+            after = ids[-1]
+            if codec is not None:
+                payloads = [codec.decode(p) for p in payloads]
+            if with_ids:
+                yield from zip(ids, payloads)
+            else:
+                yield from payloads
 
     # -------------------------------------------------------------- reserve
 

@@ -8,6 +8,7 @@ caskets.
     qstore compact data.qs
     qstore dump data.qs -o data.jsonl
     qstore load copy.qs data.jsonl
+    qstore backup data.qs copy.qs
 
 The commands are thin: each calls the library.  Library errors
 (:class:`pyqstore.Error`) and operating system errors (a missing file, ...)
@@ -33,7 +34,10 @@ import base64
 import binascii
 import json
 import os
-from typing import IO, Any, Iterator, Union
+import sys
+import threading
+import time
+from typing import IO, Any, Callable, Iterator, Optional, TypeVar, Union
 
 import click
 
@@ -59,6 +63,12 @@ _INFO_FIELDS = (
     ("depth", "tree depth"),
 )
 _BYTE_FIELDS = {"page_size", "file_bytes", "log_file_bytes", "log_bytes"}
+
+# Page memory of the snapshot a dump reads through: the dump streams, so a
+# small cache bounds its memory whatever the casket's size.
+_DUMP_CACHE = 8 << 20
+
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------- encoding
@@ -101,6 +111,79 @@ def _fmt_bytes(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{n} ({size:.1f} {unit})"
         size /= 1024
     return str(n)  # pragma: no cover
+
+
+
+# --------------------------------------------------------------- progress
+
+_PROGRESS_OPTION = click.option(
+    "--progress/--no-progress", default=None,
+    help="Report progress on stderr (default: when stderr is a terminal).")
+
+
+class _Progress:
+    """Progress of a long command on stderr: at most every half second and
+    once at the end, "LABEL: DONE/TOTAL UNIT (P%)".  On a terminal each
+    report overwrites the last; elsewhere each is a line."""
+
+    def __init__(self, label: str, unit: str, total: int, enabled: Optional[bool]) -> None:
+        self.tty = sys.stderr.isatty()
+        self.enabled = self.tty if enabled is None else enabled
+        self.label, self.unit, self.total = label, unit, total
+        self.done = 0
+        self.last = 0.0
+        self.shown = ""
+
+    def add(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            now = time.monotonic()
+            if now - self.last >= 0.5:
+                self.last = now
+                self._show()
+
+    def set(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+        self.add(0)
+
+    def _show(self, end: str = "") -> None:
+        pct = f" ({100 * self.done // self.total}%)" if self.total else ""
+        text = f"{self.label}: {self.done}/{self.total} {self.unit}{pct}"
+        if text == self.shown and not end:
+            return
+        self.shown = text
+        click.echo(("\r" + text + end) if self.tty else text, err=True, nl=not self.tty)
+
+    def finish(self) -> None:
+        if self.enabled and (self.tty or not self.shown.startswith(f"{self.label}: {self.done}/{self.total} ")):
+            self._show("\n" if self.tty else "")
+
+
+def _watch(c: Casket, label: str, enabled: Optional[bool], fn: Callable[[], T]) -> T:
+    """fn() (a compaction or backup of c) in a thread, with its copy
+    progress (Casket.copy_progress) reported meanwhile."""
+    p = _Progress(label, "records", 0, enabled)
+    if not p.enabled:
+        return fn()
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except BaseException as e:  # re-raised in the calling thread
+            failure.append(e)
+
+    t = threading.Thread(target=run, name=f"qstore {label}")
+    t.start()
+    while t.is_alive():
+        t.join(0.1)
+        p.set(*c.copy_progress())
+    if failure:
+        raise failure[0]
+    p.done, p.total = c.copy_progress()
+    p.finish()
+    return result[0]
 
 
 # ------------------------------------------------------------- error boundary
@@ -311,11 +394,13 @@ def check(file: str) -> None:
 
 @main.command()
 @click.argument("file", type=_FILE)
-def compact(file: str) -> None:
+@_PROGRESS_OPTION
+def compact(file: str, progress: Optional[bool]) -> None:
     """Rewrite a casket compactly, returning free space to the file system.
 
     The file must exist; it is opened read-write.  Prints the size of the
-    main file (and its page counts) before and after.
+    main file (and its page counts) before and after.  With --progress
+    (default: when stderr is a terminal) reports records copied on stderr.
 
     \b
     Example:
@@ -323,7 +408,7 @@ def compact(file: str) -> None:
     """
     with pyqstore.open(file, "w") as c:
         before = c.stats()
-        c.compact()
+        _watch(c, "compact", progress, c.compact)
         after = c.stats()
     b, a = before["file_bytes"], after["file_bytes"]
     click.echo(f"before: {_fmt_bytes(b)}, {before['pages']} pages "
@@ -336,22 +421,25 @@ def compact(file: str) -> None:
 # ------------------------------------------------------------------- dump
 
 
-def _dump_lines(c: Casket) -> Iterator[bytes]:
-    for k, v in c.items():
+def _dump_lines(s: Casket, progress: _Progress) -> Iterator[bytes]:
+    """Every record and queue item of s (a snapshot), as dump lines, read
+    in batches: memory stays bounded whatever the casket holds."""
+    for k, v in s.items():
         yield _json_line({"kind": "record", "key": encode_bytes(k),
                           "value": encode_bytes(v)})
-    for name, length in c.queue_lengths().items():
-        if not length:
-            continue
-        for p in c.queue(name).peek_many(length):
+        progress.add()
+    for name in s.queues():
+        for p in s.queue(name).iter():
             yield _json_line({"kind": "item", "queue": name, "payload": encode_bytes(p)})
+            progress.add()
 
 
 @main.command()
 @click.argument("file", type=_FILE)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               default="-", help="Write here instead of stdout.")
-def dump(file: str, output: str) -> None:
+@_PROGRESS_OPTION
+def dump(file: str, output: str, progress: Optional[bool]) -> None:
     """Write every record and queue item of a casket as JSON lines.
 
     \b
@@ -362,19 +450,29 @@ def dump(file: str, output: str) -> None:
     BYTES is a JSON string when the bytes are valid UTF-8, otherwise
     {"b64": "<base64>"}; so the dump is lossless.  Records come first in
     key order, a key's duplicates in insertion order; then the items of
-    each queue (in name order), oldest first.  Reserved items are not
-    included.  An item published to several queues appears once per
-    queue.  `qstore load` reads this format back.  The file is opened
+    each queue (in name order), oldest first, reserved ones included (they
+    are still in the queue).  An item published to several queues appears
+    once per queue.  `qstore load` reads this format back.
+
+    The dump is of one commit: it reads a snapshot, so processes writing
+    meanwhile change nothing in it (and are not held up; the casket's log
+    grows until the dump ends).  It streams, in bounded memory.  With
+    --progress (default: when stderr is a terminal) it reports on stderr
+    how many records and items it has written.  The file is opened
     read-only.
 
     \b
     Example:
         qstore dump data.qs -o data.jsonl
     """
-    with _open_read(file) as c:
+    with _open_read(file) as c, c.snapshot(cache_size=_DUMP_CACHE) as s:
+        total = len(s) + sum(s.queue_lengths().values())
+        p = _Progress("dump", "records and items", total, progress)
         with click.open_file(output, "wb") as out:
-            for line in _dump_lines(c):
+            for line in _dump_lines(s, p):
                 out.write(line)
+        p.total = max(p.total, p.done)  # reserved items are not in the lengths
+        p.finish()
 
 
 # ------------------------------------------------------------------- load
@@ -421,10 +519,22 @@ class _Loader:
             raise ValueError(f"unexpected field(s): {', '.join(sorted(extra))}")
 
 
-def _load_into(c: Casket, src: IO[bytes], name: str) -> _Loader:
+def _input_size(src: IO[bytes]) -> int:
+    """Bytes in src when it is a regular file, else 0 (unknown)."""
+    try:
+        st = os.fstat(src.fileno())
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return st.st_size if os.path.stat.S_ISREG(st.st_mode) else 0
+
+
+def _load_into(c: Casket, src: IO[bytes], name: str,
+               progress: Optional[bool] = False) -> _Loader:
     loader = _Loader(c)
+    p = _Progress("load", "bytes", _input_size(src), progress)
     with c.transaction():  # aborted by any exception below
         for lineno, raw in enumerate(src, 1):
+            p.add(len(raw))
             try:
                 text = raw.decode("utf-8")
                 if not text.strip():
@@ -435,13 +545,16 @@ def _load_into(c: Casket, src: IO[bytes], name: str) -> _Loader:
                 # TooBigError / InvalidArgumentError are all ValueErrors.
                 raise click.ClickException(
                     f"{name}: line {lineno}: {e}; nothing was loaded") from None
+    p.total = max(p.total, p.done)
+    p.finish()
     return loader
 
 
 @main.command()
 @click.argument("file", type=_FILE)
 @click.argument("input", type=click.File("rb"), default="-", required=False)
-def load(file: str, input: IO[bytes]) -> None:
+@_PROGRESS_OPTION
+def load(file: str, input: IO[bytes], progress: Optional[bool]) -> None:
     """Add the records and queue items of a dump to a casket.
 
     Reads JSON lines as written by `qstore dump` from INPUT (default:
@@ -451,6 +564,8 @@ def load(file: str, input: IO[bytes]) -> None:
     On a malformed line the error names the line number, the transaction
     is aborted so nothing is loaded, and the exit status is 1 (a FILE
     created by this command is removed again when it is still empty).
+    With --progress (default: when stderr is a terminal) it reports the
+    bytes of INPUT read so far on stderr.
 
     \b
     Example:
@@ -462,13 +577,38 @@ def load(file: str, input: IO[bytes]) -> None:
     name = "<stdin>" if not isinstance(name, str) or name in ("<stdin>", "-") else name
     c = pyqstore.open(file, "c")
     try:
-        loader = _load_into(c, input, name)
+        loader = _load_into(c, input, name, progress)
     except BaseException:
         _discard_if_new(c, existed)
         raise
     c.close()
     click.echo(f"loaded {loader.records} records and {loader.items} queue items "
                f"into {file}", err=True)
+
+
+@main.command()
+@click.argument("file", type=_FILE)
+@click.argument("dest", type=_FILE)
+@_PROGRESS_OPTION
+def backup(file: str, dest: str, progress: Optional[bool]) -> None:
+    """Copy a casket consistently to DEST while others go on writing.
+
+    A casket is up to three files (FILE, FILE-log, FILE-shm), and the main
+    file alone may not hold the latest commits: copying it is not a
+    backup.  This writes DEST as one self-contained, compacted casket
+    holding exactly the records and queue items of one commit (reserved
+    items included, as ordinary items), synced, with no -log or -shm file.
+    DEST must not exist; a failed backup leaves none.  With --progress
+    (default: when stderr is a terminal) reports records copied on stderr.
+
+    \b
+    Example:
+        qstore backup data.qs /backups/data-$(date +%F).qs
+    """
+    with _open_read(file) as c:
+        _watch(c, "backup", progress, lambda: c.backup(dest))
+        n = c.copy_progress()[0]
+    click.echo(f"backed up {n} records and queue entries to {dest}", err=True)
 
 
 def _discard_if_new(c: Casket, existed: bool) -> None:

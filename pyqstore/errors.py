@@ -100,6 +100,12 @@ class ForkedError(Error):
     through ``fork()``; open the casket again (by path) in the child."""
 
 
+class SnapshotTooOldError(Error):
+    """A snapshot was held open until the log reached its limit
+    (``max_log_size``); a checkpoint then went ahead and took the pages it
+    read.  The snapshot can only be closed; take a new one."""
+
+
 class NotReservedError(Error):
     """An ack or release of an item that is not reserved under that
     reservation: already acknowledged or released, or its lease ran out
@@ -150,6 +156,7 @@ def _codes() -> dict[str, int]:
         "QS_NOTRESERVED": lib.QS_NOTRESERVED,
         "QS_FORKED": lib.QS_FORKED,
         "QS_RESFULL": lib.QS_RESFULL,
+        "QS_SNAPSHOT_OLD": lib.QS_SNAPSHOT_OLD,
     }
 
 
@@ -172,6 +179,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_NOTRESERVED": (NotReservedError, None),
     "QS_FORKED": (ForkedError, None),
     "QS_RESFULL": (FullError, None),
+    "QS_SNAPSHOT_OLD": (SnapshotTooOldError, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.
