@@ -16,7 +16,7 @@ from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
 
 from ._qstore import ffi, lib
-from .errors import Empty, TooBigError, error_for
+from .errors import DecodeError, Empty, TooBigError, error_for
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -217,6 +217,26 @@ def _split(items: Any) -> tuple[list[int], list[bytes]]:
     return ids, [data[a:b] for a, b in pairwise(offs)]
 
 
+def _codec_name(codec: Codec) -> str:
+    name = getattr(codec, "name", None)
+    return name if isinstance(name, str) else repr(codec)
+
+
+def _decode_all(queue: "Queue", codec: Codec, ids: list[int], payloads: list[bytes]) -> list[Any]:
+    """Every payload decoded; DecodeError naming the first that fails."""
+    decode = codec.decode
+    out = []
+    for i, p in enumerate(payloads):
+        try:
+            out.append(decode(p))
+        except Exception as e:
+            raise DecodeError(
+                f"queue {queue.name!r}: item {ids[i]} does not decode with codec "
+                f"{_codec_name(codec)}: {type(e).__name__}: {e}; it was not consumed",
+                queue.name, ids[i], p) from e
+    return out
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
@@ -353,6 +373,9 @@ class Queue:
     # ------------------------------------------------------------------ get
 
     def _get(self, n: int, timeout: float, op: str) -> list[Any]:
+        codec = self._codec
+        if codec is not None:
+            return self._get_decoded(codec, n, timeout, op)
         out = _new("qs_items **")
         k = self._key
         rc = _qs_get(self._c, k, self._klen, n, timeout, out)
@@ -361,13 +384,47 @@ class Queue:
                 raise Empty(f"queue {self.name!r} is empty")
             self._raise(rc, op)
         _, payloads = _split(out[0])
-        codec = self._codec
-        if codec is not None:
-            return [codec.decode(p) for p in payloads]
         return payloads
+
+    def _get_decoded(self, codec: Codec, n: int, timeout: float, op: str) -> list[Any]:
+        # A payload must decode before its removal is committed, or a bad
+        # one is lost.  So the batch is reserved (hidden from everyone,
+        # nothing removed, inside a transaction as outside), decoded, and
+        # acknowledged in one call only when every item decoded; otherwise
+        # released, back at its place, and DecodeError names the first bad
+        # item.  A crash in between ends the reservations: nothing is lost.
+        out = _new("qs_items **")
+        k = self._key
+        rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, timeout, 0.0, out)
+        if rc:
+            if rc == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(rc, op)
+        token = out[0].token
+        ids, payloads = _split(out[0])
+        try:
+            objs = _decode_all(self, codec, ids, payloads)
+            rc = lib.qs_queue_ack_many(self._c, k, self._klen, len(ids),
+                                       ffi.from_buffer("uint64_t[]", array("Q", ids)), token)
+            if rc:
+                self._raise(rc, op)
+        except BaseException:
+            self._release(ids, token)
+            raise
+        return objs
+
+    def _release(self, ids: list[int], token: int) -> None:
+        # On the way out of a failed take; a release that fails too (the
+        # casket was closed meanwhile) is not reported over the first
+        # error: closing the handle ends its reservations anyway.
+        for i in ids:
+            lib.qs_queue_release(self._c, self._key, self._klen, i, token)
 
     def _get_one(self, timeout: float) -> Any:
         # get()'s own path: one item, no lists, a per-thread out-parameter.
+        codec = self._codec
+        if codec is not None:
+            return self._get_decoded(codec, 1, timeout, "get")[0]
         try:
             out = _tls.items
         except AttributeError:
@@ -379,11 +436,9 @@ class Queue:
             self._raise(rc, "get")
         it = out[0]
         try:
-            payload = _buffer(it.data, it.off[1])[:]
+            return _buffer(it.data, it.off[1])[:]
         finally:
             _qs_items_free(it)
-        codec = self._codec
-        return payload if codec is None else codec.decode(payload)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
         """Remove and return the oldest available item.  With block (the
@@ -427,10 +482,10 @@ class Queue:
             if rc == _NOTFOUND:
                 return []
             self._raise(rc, "peek")
-        _, payloads = _split(out[0])
+        ids, payloads = _split(out[0])
         codec = self._codec
         if codec is not None:
-            return [codec.decode(p) for p in payloads]
+            return _decode_all(self, codec, ids, payloads)
         return payloads
 
     # -------------------------------------------------------------- reserve
@@ -458,7 +513,13 @@ class Queue:
         token = out[0].token
         ids, payloads = _split(out[0])
         codec = self._codec
-        payload = codec.decode(payloads[0]) if codec is not None else payloads[0]
+        if codec is None:
+            return Item(self, ids[0], payloads[0], token)
+        try:
+            payload = _decode_all(self, codec, ids, payloads)[0]
+        except BaseException:
+            self._release(ids, token)
+            raise
         return Item(self, ids[0], payload, token)
 
     # ---------------------------------------------------------------- upkeep

@@ -27,6 +27,7 @@ __all__ = [
     "NoMemoryError",
     "FullError",
     "NotReservedError",
+    "DecodeError",
     "Empty",
     "FileNotFound",
     "PermissionDenied",
@@ -104,6 +105,19 @@ class NotReservedError(Error):
     """An ack or release of an item that is not reserved under that
     reservation: already acknowledged or released, or its lease ran out
     (and perhaps another consumer holds it now)."""
+
+
+class DecodeError(Error, ValueError):
+    """A queue's codec could not decode an item's payload.  The item was
+    not consumed: it is still in the queue, at its place.  ``queue`` is
+    the queue's name, ``id`` the item's id and ``payload`` its raw bytes;
+    the codec's own exception is the ``__cause__``."""
+
+    def __init__(self, message: str, queue: str, id: int, payload: bytes) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.id = id
+        self.payload = payload
 
 
 class Empty(Error, _queue.Empty):
