@@ -1773,6 +1773,8 @@ out:
     return rc;
 }
 
+uint32_t qs_corrupt_page(qs_casket *c) { return c ? pg_bad_page(&c->pg) : 0; }
+
 static int do_stat_get(qs_casket *c, qs_stat *st)
 {
     if (!c || !st)

@@ -236,6 +236,15 @@ int qs_sync(qs_casket *c);
  * the first damage found in msg (NUL-terminated, truncated to msgcap). */
 int qs_check(qs_casket *c, char *msg, size_t msgcap);
 
+/* The number of the last page this handle found damaged when reading it
+ * (a checksum or page-number mismatch, a page missing from the file), or 0
+ * when it has found none since the last call (the number is forgotten once
+ * returned) -- so also 0 when the damage reported as QS_CORRUPT was in the
+ * structure between sound pages (qs_check's message names those).  For
+ * telling a user where a QS_CORRUPT came from: call it right after.  Never
+ * fails; 0 for NULL.  Valid until qs_close. */
+uint32_t qs_corrupt_page(qs_casket *c);
+
 /* Rewrites the casket compactly and gives the free space back to the file
  * system.  Crash-safe: until the new file is renamed over the old one, the
  * old file stays authoritative.  Fails with QS_TXN inside a transaction,

@@ -243,7 +243,7 @@ class Casket:
         """Call fn(handle, *args); raise on a nonzero return code."""
         rc = fn(self._c, *args)
         if rc:
-            raise error_for(rc, op, self.path)
+            raise error_for(rc, op, self.path, handle=self._c)
         return rc
 
     def _key_count(self, fn: Callable[..., int], key: BytesLike, op: str) -> int:
@@ -259,7 +259,7 @@ class Casket:
         return int(out[0])
 
     def _error(self, rc: int, op: str) -> Error:
-        return error_for(rc, op, self.path)
+        return error_for(rc, op, self.path, handle=self._c)
 
     @property
     def closed(self) -> bool:

@@ -268,7 +268,7 @@ class Item:
         q = self.queue
         rc = lib.qs_queue_ack(q._c, q._key, q._klen, self.id, self._token)
         if rc:
-            raise error_for(rc, "ack", q._casket.path)
+            raise error_for(rc, "ack", q._casket.path, queue=q.name, handle=q._c)
 
     def release(self) -> None:
         """Give the item back: it is available again at its place at the
@@ -276,7 +276,7 @@ class Item:
         q = self.queue
         rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
         if rc:
-            raise error_for(rc, "release", q._casket.path)
+            raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
 
     def __enter__(self) -> "Item":
         return self
@@ -324,7 +324,7 @@ class Queue:
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
 
     def _raise(self, rc: int, op: str) -> None:
-        raise error_for(rc, op, self._casket.path)
+        raise error_for(rc, op, self._casket.path, queue=self.name, handle=self._c)
 
     # ------------------------------------------------------------------ put
 
@@ -550,7 +550,7 @@ def list_queues(casket: "Casket") -> list[tuple[str, int]]:
     out = _new("qs_items **")
     rc = lib.qs_queue_list(casket._c, out)
     if rc:
-        raise error_for(rc, "queues", casket.path)
+        raise error_for(rc, "queues", casket.path, handle=casket._c)
     lens, names = _split(out[0])
     return [(n.decode("utf-8", "surrogateescape"), ln) for n, ln in zip(names, lens)]
 
@@ -571,5 +571,5 @@ def publish(casket: "Casket", payload: Any, names: Iterable[str],
     rc = lib.qs_queue_publish(casket._c, len(keys), b"".join(keys),
                               ffi.from_buffer("uint64_t[]", offs), b, len(b), out)
     if rc:
-        raise error_for(rc, "publish", casket.path)
+        raise error_for(rc, "publish", casket.path, handle=casket._c)
     return out[0]

@@ -466,3 +466,26 @@ def test_python_m_entry_point(sample):
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("Error: ")
+
+
+def test_dump_of_a_damaged_casket_names_the_queue_and_the_page(tmp_path):
+    """A page of the queue's items fails its checksum: the error says
+    which queue was being read and which page is damaged."""
+    p = str(tmp_path / "d.qs")
+    with pyqstore.open(p, "n") as c:
+        c.put(b"k", b"v")
+        c.queue("jobs").put_many([b"ITEM-%05d" % i + b"." * 100 for i in range(500)])
+        c.queue("zzz").put(b"last")
+        c.sync()                      # every page in the main file
+    with open(p, "r+b") as f:
+        data = f.read()
+        off = data.find(b"ITEM-00250")  # a leaf in the middle of "jobs"
+        f.seek(off)
+        f.write(b"JUNK")
+    page = off // pyqstore._qstore.lib.QS_PAGE_SIZE
+    r = run("dump", p)
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: peek queue 'jobs' of {p!r}: casket is corrupt: "
+                        f"page {page} is damaged (see qstore check)\n")
+    r = run("check", p)
+    assert f"page {page}:" in r.stdout
