@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
-from ._queue import Queue, list_queues, publish
+from ._queue import Queue, list_queues, publish, seconds_arg
 
 __all__ = ["Casket", "open", "BytesLike"]
 
@@ -210,11 +210,13 @@ class Casket:
         bpath = os.fsencode(fspath)
         if b"\0" in bpath:
             raise ValueError("embedded null byte in path")
-        if cache_size is not None and cache_size < 0:
-            raise ValueError("cache_size must be >= 0")
-        if checkpoint_size is not None and checkpoint_size < 0:
-            raise ValueError("checkpoint_size must be >= 0")
-        if lock_timeout < 0:
+        for what, size in (("cache_size", cache_size), ("checkpoint_size", checkpoint_size)):
+            if size is not None:
+                if isinstance(size, bool) or not isinstance(size, int):
+                    raise TypeError(f"{what} must be an int or None, not {type(size).__name__}")
+                if size < 0:
+                    raise ValueError(f"{what} must be >= 0")
+        if not seconds_arg(lock_timeout, "lock_timeout") >= 0:
             raise ValueError("lock_timeout must be >= 0")
 
         opts = ffi.new("qs_options *")

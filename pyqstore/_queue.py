@@ -237,12 +237,29 @@ def _decode_all(queue: "Queue", codec: Codec, ids: list[int], payloads: list[byt
     return out
 
 
+def _count_arg(n: Any) -> int:
+    """A batch size: an int >= 0 (TypeError for "3", 2.0 or True)."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    return n
+
+
+def seconds_arg(x: Any, what: str) -> float:
+    """A number of seconds as a float; TypeError naming the argument for
+    anything that is not a real number (a str, None, a bool)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(x).__name__}")
+    return float(x)
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
     if timeout is None:
         return -1.0
-    t = float(timeout)
+    t = seconds_arg(timeout, "timeout")
     if not t >= 0:
         raise ValueError("timeout must be a non-negative number or None")
     return t
@@ -343,6 +360,10 @@ class Queue:
     def put_many(self, payloads: Iterable[Any]) -> int:
         """Append every payload of the iterable in one call (one transaction
         unless inside the caller's); returns how many."""
+        if isinstance(payloads, (str, bytes, bytearray, memoryview)):
+            # iterating would store one item per character (or per int)
+            raise TypeError(f"put_many takes an iterable of payloads, not one "
+                            f"{type(payloads).__name__}: use put(x) or put_many([x])")
         codec = self._codec
         if codec is not None:
             items = [_encoded(codec, p) for p in payloads]
@@ -455,9 +476,7 @@ class Queue:
         """Remove and return up to n items, oldest first, in one call.
         Without block an empty queue gives ``[]``; with block wait up to
         timeout for at least one item, then ``[]``."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        if n == 0:
+        if _count_arg(n) == 0:
             return []
         try:
             return self._get(n, _timeout_arg(block, timeout), "get_many")
@@ -471,9 +490,7 @@ class Queue:
 
     def peek_many(self, n: int) -> list[Any]:
         """Up to n of the oldest available items, without removing them."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        if n == 0:
+        if _count_arg(n) == 0:
             return []
         out = _new("qs_items **")
         k = self._key
@@ -500,7 +517,7 @@ class Queue:
         if lease is None:
             lease_s = 0.0
         else:
-            lease_s = float(lease)
+            lease_s = seconds_arg(lease, "lease")
             if not lease_s > 0:
                 raise ValueError("lease must be a positive number of seconds or None")
         out = _new("qs_items **")
