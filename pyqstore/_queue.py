@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import marshal
+import numbers
+import operator
 import pickle
 import struct
 import threading
@@ -239,8 +241,12 @@ def _decode_all(queue: "Queue", codec: Codec, ids: list[int], payloads: list[byt
 
 def _count_arg(n: Any) -> int:
     """A batch size: an int >= 0 (TypeError for "3", 2.0 or True)."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    if isinstance(n, bool):
+        raise TypeError("n must be an int, not bool")
+    try:
+        n = operator.index(n)     # an int, or an integer type such as numpy's
+    except TypeError:
+        raise TypeError(f"n must be an int, not {type(n).__name__}") from None
     if n < 0:
         raise ValueError("n must be >= 0")
     return n
@@ -249,7 +255,7 @@ def _count_arg(n: Any) -> int:
 def seconds_arg(x: Any, what: str) -> float:
     """A number of seconds as a float; TypeError naming the argument for
     anything that is not a real number (a str, None, a bool)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{what} must be a number of seconds, not {type(x).__name__}")
     return float(x)
 
