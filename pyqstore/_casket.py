@@ -7,11 +7,11 @@ import threading
 from contextlib import contextmanager
 from itertools import accumulate
 from array import array
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, TypeVar, Union, overload
 
 from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
-from ._queue import Queue, list_queues, publish, seconds_arg
+from ._queue import Codec, CodecName, Queue, list_queues, publish, seconds_arg
 
 __all__ = ["Casket", "open", "BytesLike"]
 
@@ -21,6 +21,9 @@ BytesLike = Union[bytes, bytearray, memoryview, str]
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 T = TypeVar("T")
+
+Flag = Literal["r", "w", "c", "n"]
+"""Open modes, as in :mod:`dbm`: read-only, read-write, create, new."""
 
 _FLAGS = {
     "r": lib.QS_OPEN_READ,
@@ -80,10 +83,13 @@ def _arg(x: Any, what: str) -> tuple[Any, int]:
 def _to_bytes(x: Any, what: str) -> bytes:
     """Like _arg, but always a bytes object (used to pack many records)."""
     t = type(x)
+    b: bytes
     if t is bytes:
-        return x
+        b = x
+        return b
     if t is str:
-        return x.encode("utf-8")
+        b = x.encode("utf-8")
+        return b
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, str):
@@ -101,7 +107,8 @@ def _take(pp: Any, n: int) -> bytes:
     try:
         if p == _NULL:
             return b""
-        return ffi.unpack(ffi.cast("char *", p), n)
+        b: bytes = ffi.unpack(ffi.cast("char *", p), n)
+        return b
     finally:
         lib.qs_free(p)
 
@@ -185,7 +192,7 @@ class Casket:
     def __init__(
         self,
         path: PathLike,
-        flag: str = "c",
+        flag: Flag = "c",
         *,
         sync: bool = True,
         lock_timeout: float = 5.0,
@@ -413,7 +420,13 @@ class Casket:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, key: BytesLike, default: Optional[T] = None) -> Union[bytes, T, None]:
+    @overload
+    def get(self, key: BytesLike) -> Optional[bytes]: ...
+
+    @overload
+    def get(self, key: BytesLike, default: T) -> Union[bytes, T]: ...
+
+    def get(self, key: BytesLike, default: Any = None) -> Any:
         """The first value of ``key``, or ``default`` when it has none."""
         k, kl = _arg(key, "key")
         pp = ffi.new("void **")
@@ -431,7 +444,8 @@ class Casket:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[return-value]
+        b: bytes = value
+        return b
 
     def getdup(self, key: BytesLike) -> list[bytes]:
         """Every value of ``key`` in insertion order (empty when none)."""
@@ -661,7 +675,16 @@ class Casket:
 
     # ------------------------------------------------------------------ queues
 
-    def queue(self, name: str, codec: Any = None) -> "Queue":
+    @overload
+    def queue(self, name: str, codec: None = None) -> "Queue[bytes]": ...
+
+    @overload
+    def queue(self, name: str, codec: CodecName) -> "Queue[Any]": ...
+
+    @overload
+    def queue(self, name: str, codec: "Codec[T]") -> "Queue[T]": ...
+
+    def queue(self, name: str, codec: Any = None) -> "Queue[Any]":
         """The queue called name (it exists once it holds an item).  codec:
         None (payloads are bytes-like, str as UTF-8; items come back as
         bytes), "pickle", "json", "msgpack", or an object with
@@ -678,7 +701,8 @@ class Casket:
         """Each queue holding an item and its length (as ``len(queue)``)."""
         return dict(list_queues(self))
 
-    def publish(self, payload: Any, names: Iterable[str], codec: Any = None) -> int:
+    def publish(self, payload: Any, names: Iterable[str],
+                codec: Union[None, CodecName, "Codec[Any]"] = None) -> int:
         """Fan-out: put one payload on every named queue, storing it once;
         its storage is freed when the last of them has consumed it.  Returns
         the item id (the same in every queue)."""
@@ -718,7 +742,7 @@ class Casket:
 
 def open(
     path: PathLike,
-    flag: str = "c",
+    flag: Flag = "c",
     *,
     sync: bool = True,
     lock_timeout: float = 5.0,

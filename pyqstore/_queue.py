@@ -15,7 +15,7 @@ import struct
 import threading
 from array import array
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Generic, Iterable, Literal, Optional, Protocol, TypeVar, Union, NoReturn, overload
 
 from ._qstore import ffi, lib
 from .errors import DecodeError, Empty, TooBigError, error_for
@@ -23,7 +23,17 @@ from .errors import DecodeError, Empty, TooBigError, error_for
 if TYPE_CHECKING:
     from ._casket import Casket
 
-__all__ = ["Queue", "Item", "Codec", "resolve_codec"]
+__all__ = ["Queue", "Item", "Codec", "CodecName", "resolve_codec"]
+
+T = TypeVar("T")
+
+BytesLike = Union[bytes, bytearray, memoryview, str]
+"""What a queue without a codec takes as a payload (str as UTF-8); its
+items come back as bytes."""
+
+CodecName = Literal["pickle", "json", "msgpack"]
+"""The codecs known by name.  Their payloads are typed Any: what comes
+back is whatever the codec makes of the bytes."""
 
 _NOTFOUND = lib.QS_NOTFOUND
 _INVAL = lib.QS_INVAL
@@ -42,12 +52,13 @@ _char_p = ffi.typeof("char *")
 _cast = ffi.cast
 
 
-class Codec(Protocol):
-    """Anything with ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``."""
+class Codec(Protocol[T]):
+    """Anything with ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``;
+    a queue with a ``Codec[T]`` is a ``Queue[T]``."""
 
-    def encode(self, obj: Any) -> bytes: ...
+    def encode(self, obj: T) -> bytes: ...
 
-    def decode(self, data: bytes) -> Any: ...
+    def decode(self, data: bytes) -> T: ...
 
 
 class _Pickle:
@@ -57,7 +68,9 @@ class _Pickle:
     def encode(obj: Any) -> bytes:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
-    decode = staticmethod(pickle.loads)
+    @staticmethod
+    def decode(data: bytes) -> Any:
+        return pickle.loads(data)
 
 
 class _Json:
@@ -67,7 +80,9 @@ class _Json:
     def encode(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
-    decode = staticmethod(json.loads)
+    @staticmethod
+    def decode(data: bytes) -> Any:
+        return json.loads(data)
 
 
 class _Msgpack:
@@ -80,13 +95,14 @@ class _Msgpack:
         self._unpackb = msgpack.unpackb
 
     def encode(self, obj: Any) -> bytes:
-        return self._packb(obj, use_bin_type=True)
+        b: bytes = self._packb(obj, use_bin_type=True)
+        return b
 
     def decode(self, data: bytes) -> Any:
         return self._unpackb(data, raw=False)
 
 
-def resolve_codec(codec: Union[None, str, Codec]) -> Optional[Codec]:
+def resolve_codec(codec: Union[None, str, Codec[Any]]) -> Optional[Codec[Any]]:
     """None, a codec name ("pickle", "json", "msgpack") or a codec object."""
     if codec is None:
         return None
@@ -125,10 +141,13 @@ def queue_name(name: Any) -> bytes:
 def _raw_payload(x: Any) -> bytes:
     """A payload with no codec: bytes-like as it is, str as UTF-8."""
     t = type(x)
+    b: bytes
     if t is bytes:
-        return x
+        b = x
+        return b
     if t is str or isinstance(x, str):
-        return x.encode("utf-8")
+        b = x.encode("utf-8")
+        return b
     if isinstance(x, (bytes, bytearray)):
         return bytes(x)
     if isinstance(x, memoryview):
@@ -139,7 +158,7 @@ def _raw_payload(x: Any) -> bytes:
     )
 
 
-def _encoded(codec: Codec, obj: Any) -> bytes:
+def _encoded(codec: Codec[Any], obj: Any) -> bytes:
     b = codec.encode(obj)
     if type(b) is not bytes:
         if isinstance(b, (bytes, bytearray, memoryview)):
@@ -169,7 +188,7 @@ def _framed(items: list[Any]) -> Optional[bytes]:
     return framed if framed[0] == 0x5B else None     # "[": a list
 
 
-def _pack(items: list[Any]) -> tuple[bytes, array]:
+def _pack(items: list[Any]) -> tuple[bytes, "array[int]"]:
     """(the payloads concatenated, their lengths as uint32).  Both are taken
     a chunk at a time, the lengths right after the join: each payload object
     is then fetched from memory once, not once per pass (a list made over
@@ -179,7 +198,7 @@ def _pack(items: list[Any]) -> tuple[bytes, array]:
         if len(items) <= _CHUNK:
             return join(items), array("I", map(len, items))
         parts = []
-        lens = array("I")
+        lens: array[int] = array("I")
         add_lens = lens.extend
         for i in range(0, len(items), _CHUNK):
             part = items[i:i + _CHUNK]
@@ -219,15 +238,15 @@ def _split(items: Any) -> tuple[list[int], list[bytes]]:
     return ids, [data[a:b] for a, b in pairwise(offs)]
 
 
-def _codec_name(codec: Codec) -> str:
+def _codec_name(codec: Codec[Any]) -> str:
     name = getattr(codec, "name", None)
     return name if isinstance(name, str) else repr(codec)
 
 
-def _decode_all(queue: "Queue", codec: Codec, ids: list[int], payloads: list[bytes]) -> list[Any]:
+def _decode_all(queue: "Queue[T]", codec: Codec[T], ids: list[int], payloads: list[bytes]) -> list[T]:
     """Every payload decoded; DecodeError naming the first that fails."""
     decode = codec.decode
-    out = []
+    out: list[T] = []
     for i, p in enumerate(payloads):
         try:
             out.append(decode(p))
@@ -249,7 +268,8 @@ def _count_arg(n: Any) -> int:
         raise TypeError(f"n must be an int, not {type(n).__name__}") from None
     if n < 0:
         raise ValueError("n must be >= 0")
-    return n
+    i: int = n
+    return i
 
 
 def seconds_arg(x: Any, what: str) -> float:
@@ -271,7 +291,7 @@ def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     return t
 
 
-class Item:
+class Item(Generic[T]):
     """A reserved item (see :meth:`Queue.reserve`): ``id``, ``payload``,
     :meth:`ack` and :meth:`release`.  The reservation is this object's: an
     ack or release through another Item (or after the lease ran out) never
@@ -279,7 +299,7 @@ class Item:
 
     __slots__ = ("queue", "id", "payload", "_token")
 
-    def __init__(self, queue: "Queue", id: int, payload: Any, token: int) -> None:
+    def __init__(self, queue: "Queue[T]", id: int, payload: T, token: int) -> None:
         self.queue = queue
         self.id = id
         self.payload = payload
@@ -301,7 +321,7 @@ class Item:
         if rc:
             raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
 
-    def __enter__(self) -> "Item":
+    def __enter__(self) -> "Item[T]":
         return self
 
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
@@ -315,8 +335,12 @@ class Item:
         return f"<pyqstore.Item {self.queue.name!r} id={self.id}>"
 
 
-class Queue:
+class Queue(Generic[T]):
     """A named FIFO queue in a casket.  Create with ``casket.queue(name)``.
+
+    A ``Queue[T]`` hands out items of type T: ``Queue[bytes]`` without a
+    codec (it takes any bytes-like payload or str), ``Queue[Any]`` with a
+    codec named by a string, ``Queue[T]`` with a ``Codec[T]`` object.
 
     Items come out in the order they were put.  Operations inside
     ``casket.transaction()`` are part of it; outside, each call commits on
@@ -330,7 +354,8 @@ class Queue:
     # each costs ~25 ns in a cffi call); it holds nothing of the casket.
     __slots__ = ("_casket", "_c", "_q", "_key", "_klen", "_codec", "name")
 
-    def __init__(self, casket: "Casket", name: str, codec: Union[None, str, Codec] = None) -> None:
+    def __init__(self, casket: "Casket", name: str,
+                 codec: Union[None, CodecName, Codec[T]] = None) -> None:
         self._key = queue_name(name)
         self.name = name
         self._casket = casket
@@ -346,10 +371,16 @@ class Queue:
     def __repr__(self) -> str:
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
 
-    def _raise(self, rc: int, op: str) -> None:
+    def _raise(self, rc: int, op: str) -> NoReturn:
         raise error_for(rc, op, self._casket.path, queue=self.name, handle=self._c)
 
     # ------------------------------------------------------------------ put
+
+    @overload
+    def put(self: "Queue[bytes]", payload: BytesLike) -> int: ...
+
+    @overload
+    def put(self, payload: T) -> int: ...
 
     def put(self, payload: Any) -> int:
         """Append one item; returns its id."""
@@ -358,10 +389,16 @@ class Queue:
             b = payload if type(payload) is bytes else _raw_payload(payload)
         else:
             b = _encoded(codec, payload)
-        r = _qs_put_id(self._q, b, len(b))
+        r: int = _qs_put_id(self._q, b, len(b))
         if r < 0:
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
+
+    @overload
+    def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike]) -> int: ...
+
+    @overload
+    def put_many(self, payloads: Iterable[T]) -> int: ...
 
     def put_many(self, payloads: Iterable[Any]) -> int:
         """Append every payload of the iterable in one call (one transaction
@@ -399,7 +436,7 @@ class Queue:
 
     # ------------------------------------------------------------------ get
 
-    def _get(self, n: int, timeout: float, op: str) -> list[Any]:
+    def _get(self, n: int, timeout: float, op: str) -> list[T]:
         codec = self._codec
         if codec is not None:
             return self._get_decoded(codec, n, timeout, op)
@@ -411,9 +448,9 @@ class Queue:
                 raise Empty(f"queue {self.name!r} is empty")
             self._raise(rc, op)
         _, payloads = _split(out[0])
-        return payloads
+        return payloads  # type: ignore[return-value]  # T is bytes without a codec
 
-    def _get_decoded(self, codec: Codec, n: int, timeout: float, op: str) -> list[Any]:
+    def _get_decoded(self, codec: Codec[T], n: int, timeout: float, op: str) -> list[T]:
         # A payload must decode before its removal is committed, or a bad
         # one is lost.  So the batch is reserved (hidden from everyone,
         # nothing removed, inside a transaction as outside), decoded, and
@@ -447,7 +484,7 @@ class Queue:
         for i in ids:
             lib.qs_queue_release(self._c, self._key, self._klen, i, token)
 
-    def _get_one(self, timeout: float) -> Any:
+    def _get_one(self, timeout: float) -> T:
         # get()'s own path: one item, no lists, a per-thread out-parameter.
         codec = self._codec
         if codec is not None:
@@ -463,22 +500,23 @@ class Queue:
             self._raise(rc, "get")
         it = out[0]
         try:
-            return _buffer(it.data, it.off[1])[:]
+            b: T = _buffer(it.data, it.off[1])[:]    # T is bytes without a codec
+            return b
         finally:
             _qs_items_free(it)
 
-    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> T:
         """Remove and return the oldest available item.  With block (the
         default) wait up to timeout seconds (None: no limit) for one; raise
         :class:`pyqstore.Empty` when there is none.  Inside a transaction it
         never waits."""
         return self._get_one(_timeout_arg(block, timeout))
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         """``get(block=False)``."""
         return self._get_one(0.0)
 
-    def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[Any]:
+    def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[T]:
         """Remove and return up to n items, oldest first, in one call.
         Without block an empty queue gives ``[]``; with block wait up to
         timeout for at least one item, then ``[]``."""
@@ -489,12 +527,12 @@ class Queue:
         except Empty:
             return []
 
-    def peek(self) -> Any:
+    def peek(self) -> Optional[T]:
         """The oldest available item without removing it, or None."""
         got = self.peek_many(1)
         return got[0] if got else None
 
-    def peek_many(self, n: int) -> list[Any]:
+    def peek_many(self, n: int) -> list[T]:
         """Up to n of the oldest available items, without removing them."""
         if _count_arg(n) == 0:
             return []
@@ -509,11 +547,11 @@ class Queue:
         codec = self._codec
         if codec is not None:
             return _decode_all(self, codec, ids, payloads)
-        return payloads
+        return payloads  # type: ignore[return-value]  # T is bytes without a codec
 
     # -------------------------------------------------------------- reserve
 
-    def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item:
+    def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item[T]:
         """Reserve the oldest available item (waiting up to timeout seconds,
         None: no limit) and return it as an :class:`Item`.  Until acked or
         released it is hidden from every other consumer; it comes back at
@@ -537,7 +575,7 @@ class Queue:
         ids, payloads = _split(out[0])
         codec = self._codec
         if codec is None:
-            return Item(self, ids[0], payloads[0], token)
+            return Item(self, ids[0], payloads[0], token)  # type: ignore[arg-type]
         try:
             payload = _decode_all(self, codec, ids, payloads)[0]
         except BaseException:
@@ -553,7 +591,7 @@ class Queue:
         rc = fn(self._c, k, self._klen, out)
         if rc:
             self._raise(rc, op)
-        return out[0]
+        return int(out[0])
 
     def __len__(self) -> int:
         """Items available to get (reserved ones not counted).  O(1)."""
@@ -579,7 +617,7 @@ def list_queues(casket: "Casket") -> list[tuple[str, int]]:
 
 
 def publish(casket: "Casket", payload: Any, names: Iterable[str],
-            codec: Union[None, str, Codec] = None) -> int:
+            codec: Union[None, CodecName, Codec[Any]] = None) -> int:
     """See Casket.publish."""
     keys = [queue_name(n) for n in ([names] if isinstance(names, str) else names)]
     if not keys:
@@ -595,4 +633,4 @@ def publish(casket: "Casket", payload: Any, names: Iterable[str],
                               ffi.from_buffer("uint64_t[]", offs), b, len(b), out)
     if rc:
         raise error_for(rc, "publish", casket.path, handle=casket._c)
-    return out[0]
+    return int(out[0])

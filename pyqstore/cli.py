@@ -33,7 +33,7 @@ import base64
 import binascii
 import json
 import os
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Callable, Iterator, Union
 
 import click
 
@@ -252,7 +252,7 @@ def _utf8_shown(b: bytes) -> str:
     return "".join(out)
 
 
-_PEEK_FORMATS = {
+_PEEK_FORMATS: dict[str, Callable[[bytes], str]] = {
     "repr": repr,
     "utf8": _utf8_shown,
     "hex": lambda b: b.hex(),
@@ -410,7 +410,7 @@ class _Loader:
 
     def __init__(self, c: Casket) -> None:
         self.c = c
-        self.queues: dict[str, pyqstore.Queue] = {}
+        self.queues: dict[str, pyqstore.Queue[bytes]] = {}
         self.records = 0
         self.items = 0
 

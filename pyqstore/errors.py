@@ -214,7 +214,8 @@ def _table() -> dict[int, tuple[type[Error], Optional[str]]]:
 def _strerror(rc: int) -> str:
     from ._qstore import ffi, lib
 
-    return ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
+    text: str = ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
+    return text
 
 
 def _describe_path(path: Union[str, bytes, None]) -> str:
