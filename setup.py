@@ -25,7 +25,16 @@ def _limited_api() -> bool:
     )
 
 
+# `pip install -e .` makes a "strict" editable install: a .pth file naming a
+# tree of links to the package's files.  The default ("lenient") installs an
+# import hook instead, which type checkers cannot follow: mypy --strict on a
+# user's program then found no pyqstore (and so no py.typed).  A file added
+# to the package needs `pip install -e .` again to appear.
+_OPTIONS: dict[str, dict[str, str]] = {"editable_wheel": {"mode": "strict"}}
+if _limited_api():
+    _OPTIONS["bdist_wheel"] = {"py_limited_api": "cp310"}
+
 setup(
     cffi_modules=["pyqstore/_build.py:ffibuilder"],
-    options={"bdist_wheel": {"py_limited_api": "cp310"}} if _limited_api() else {},
+    options=_OPTIONS,
 )

@@ -2032,6 +2032,7 @@ static int do_progress(qs_casket *c, uint64_t *done, uint64_t *total)
     *total = atomic_load(&c->progress_total);
     return 0;
 }
+uint32_t qs_corrupt_page(qs_casket *c) { return c ? pg_bad_page(&c->pg) : 0; }
 
 static int do_stat_get(qs_casket *c, qs_stat *st)
 {

@@ -386,6 +386,18 @@ static void queues(qs_casket *c, unsigned long r)
     qs_items_free(res);
     res = NULL;
 
+    /* a batch reserved under one token, acknowledged all or none (two
+     * items put first, so the queue keeps its length over the rounds) */
+    OK(qs_queue_put(c, SL(Q1), p, pl, NULL));
+    OK(qs_queue_put(c, SL(Q1), p, pl, NULL));
+    OK(qs_queue_reserve_many(c, SL(Q1), 2, 0, 0, &res));
+    REQ(res->count == 2);
+    RC(qs_queue_ack_many(c, SL(Q1), 2, res->ids, res->token + 1), QS_NOTRESERVED);
+    OK(qs_queue_ack_many(c, SL(Q1), 2, res->ids, res->token));
+    qs_items_free(res);
+    res = NULL;
+    REQ(qs_corrupt_page(c) == 0);
+
     /* fan-out */
     const char names[] = "fan-afan-b";
     const uint64_t noff[] = {0, 5, 10};

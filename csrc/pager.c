@@ -143,18 +143,29 @@ static int pwrite_page(int fd, const uint8_t *page, uint64_t off)
 /* Reads the committed image of pgno from the log or the main file. */
 static int main_size_pages(pager *p, uint64_t *pages);
 
+/* rc, remembering pgno when rc says the page is damaged: a reader can then
+ * be told where (qs_corrupt_page) without every caller passing it up. */
+static int damaged(pager *p, uint32_t pgno, int rc)
+{
+    if (rc == QS_CORRUPT)
+        atomic_store_explicit(&p->bad_page, pgno, memory_order_relaxed);
+    return rc;
+}
+
+uint32_t pg_bad_page(pager *p) { return atomic_exchange_explicit(&p->bad_page, 0, memory_order_relaxed); }
+
 static int read_committed(pager *p, uint32_t pgno, uint8_t *page)
 {
     uint64_t off;
     if (hm_get(&p->logidx, pgno, &off))
-        return wal_read_frame(&p->log, off, pgno, page);
+        return damaged(p, pgno, wal_read_frame(&p->log, off, pgno, page));
     /* Another process may have grown the file (pages written directly). */
     if (pgno >= p->main_pages && main_size_pages(p, &p->main_pages) != 0)
         return errno;
     if (pgno >= p->main_pages)
-        return QS_CORRUPT;
+        return damaged(p, pgno, QS_CORRUPT);
     int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE);
-    return rc ? rc : page_verify(page, pgno);
+    return damaged(p, pgno, rc ? rc : page_verify(page, pgno));
 }
 
 int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
@@ -398,7 +409,7 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
                 rc = page_verify(b->data, pgno);
         } else
             rc = wal_read_frame(&p->log, v, pgno, b->data);
-        if (rc) {
+        if ((rc = damaged(p, pgno, rc)) != 0) {
             buf_drop(p, b);
             return rc;
         }

@@ -11,6 +11,7 @@
 #define QS_PAGER_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include "hmap.h"
 #include "pagefmt.h"
 #include "wal.h"
@@ -61,6 +62,8 @@ typedef struct pager {
     pg_buf *spare;
     size_t nspare;
     uint64_t commits, checkpoints, spilled;
+    _Atomic uint32_t bad_page;  /* the last page found damaged when read
+                                   (0: none), for qs_corrupt_page */
     uint64_t epoch;             /* bumped by pg_trim: page pointers handed
                                    out before it may be stale */
     int reload;                 /* the next pg_refresh rereads page 0 and the
@@ -178,6 +181,11 @@ int pg_checkpoint_copy(pager *p);
  * may be torn, so no further commit may be written through this pager (the
  * committed state is safe in the main file). */
 int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes);
+
+/* The last page this pager found damaged when reading it (a bad checksum
+ * or page number, a short read), or 0 when it has found none since the
+ * last call: it is forgotten once told.  Any thread may call it. */
+uint32_t pg_bad_page(pager *p);
 
 /* Reads page pgno straight from disk (log or main file) without caching:
  * for the integrity check.  Returns as pg_get. */

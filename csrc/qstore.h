@@ -249,6 +249,15 @@ int qs_sync(qs_casket *c);
  * the first damage found in msg (NUL-terminated, truncated to msgcap). */
 int qs_check(qs_casket *c, char *msg, size_t msgcap);
 
+/* The number of the last page this handle found damaged when reading it
+ * (a checksum or page-number mismatch, a page missing from the file), or 0
+ * when it has found none since the last call (the number is forgotten once
+ * returned) -- so also 0 when the damage reported as QS_CORRUPT was in the
+ * structure between sound pages (qs_check's message names those).  For
+ * telling a user where a QS_CORRUPT came from: call it right after.  Never
+ * fails; 0 for NULL.  Valid until qs_close. */
+uint32_t qs_corrupt_page(qs_casket *c);
+
 /* Rewrites the casket compactly and gives the free space back to the file
  * system.  Crash-safe: until the new file is renamed over the old one, the
  * old file stays authoritative.  Fails with QS_TXN inside a transaction,
@@ -470,10 +479,26 @@ int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, s
 int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout,
                      double lease, qs_items **out);
 
+/* qs_queue_reserve of up to max (>= 1) items at once, all under one token:
+ * the first available ones, in order.  A batch stops early where the room
+ * for reservations ends; QS_RESFULL only when there is room for none.
+ * Used by a binding that must look at payloads (decode them) before they
+ * are consumed: reserve, look, then qs_queue_ack_many or release. */
+int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max,
+                          double timeout, double lease, qs_items **out);
+
 /* Acknowledges a reserved item: removes it from the queue (as part of the
  * caller's transaction, if any; an abort leaves it reserved).
  * QS_NOTRESERVED: no reservation of id under token. */
 int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token);
+
+/* qs_queue_ack of n (>= 1) items reserved under one token, ids in
+ * increasing order, in one transaction (or as part of the caller's).  All
+ * or none: every id is checked first; QS_NOTRESERVED when one is not
+ * reserved under token, QS_INVAL for n == 0 or ids not increasing; the
+ * caller's transaction is then unchanged. */
+int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n,
+                      const uint64_t *ids, uint64_t token);
 
 /* Ends a reservation without consuming: the item is available again, at
  * its place at the front.  Takes effect at once, transaction or not.

@@ -977,6 +977,10 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     uint64_t id, from = 1;
     int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
     while (a->out.n < a->max) {
+        /* A batch of reservations stops where the room ends (the first
+         * item's room was checked above, so a batch holds at least one). */
+        if (a->reserve && a->out.n && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+            break;
         /* path is on the candidate: the record after the one just taken
          * (kept), or the first at or after `from` */
         int sought = !kept;
@@ -1095,22 +1099,22 @@ static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, doubl
     return out_finish(&a.out, 0, it, out);
 }
 
-static int do_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
-                      qs_items **out)
+static int do_reserve(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                      double lease, qs_items **out)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     if (!out)
         return QS_INVAL;
     *out = NULL;
     int rc = make_key(name, nlen, key);
-    if (rc == 0 && (check_timeout(timeout) || !(lease >= 0)))
+    if (rc == 0 && (max == 0 || check_timeout(timeout) || !(lease >= 0)))
         rc = QS_INVAL;
     if (rc)
         return rc;
     qs_items *it = calloc(1, sizeof *it);
     if (!it)
         return QS_NOMEM;
-    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = 1, .reserve = 1, .lease = lease};
+    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max, .reserve = 1, .lease = lease};
     rc = take_wait(c, &a, timeout);
     if (rc) {
         free(it);
@@ -1282,6 +1286,50 @@ static int do_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
     return cs_write(c, ack_fn, &a);
 }
 
+typedef struct ack_many_args {
+    ack_args one;
+    size_t n;
+    const uint64_t *ids;
+} ack_many_args;
+
+/* Every id is checked before any is acknowledged, so a refusal leaves the
+ * caller's transaction as it was (ack_fn's own refusals come only after
+ * its checks, which these repeat). */
+static int ack_many_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    ack_many_args *a = arg;
+    qq_queue *q;
+    size_t mi;
+    int rc = lookup_live(c, a->one.key, a->one.klen, &q);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < a->n; i++) {
+        if (i && a->ids[i] <= a->ids[i - 1])
+            return QS_INVAL;    /* a duplicate would pass the checks twice */
+        if (find_mark(q, a->ids[i], a->one.token, &mi) != 0 &&
+            (rc = find_shared(c, q, a->ids[i], a->one.token)) != 0)
+            return rc;
+    }
+    for (size_t i = 0; i < a->n && rc == 0; i++) {
+        a->one.id = a->ids[i];
+        rc = ack_fn(c, ubt, &a->one);
+    }
+    return rc;
+}
+
+static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids,
+                       uint64_t token)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && (n == 0 || !ids))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0}, n, ids};
+    return cs_write(c, ack_many_fn, &a);
+}
+
 /* Ends a reservation at once (also inside a transaction): one made by the
  * open transaction, or a committed one.  Under the write lock, like every
  * change to the shared reservations. */
@@ -1451,8 +1499,10 @@ COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const
 COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
 COUNTED(qs_queue_scan, (qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max, size_t max_bytes, qs_items **out), c, c, do_scan, (c, name, nlen, after, max, max_bytes, out))
 COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))
-COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, timeout, lease, out))
+COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, 1, timeout, lease, out))
+COUNTED(qs_queue_reserve_many, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, max, timeout, lease, out))
 COUNTED(qs_queue_ack, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_ack, (c, name, nlen, id, token))
+COUNTED(qs_queue_ack_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids, uint64_t token), c, c, do_ack_many, (c, name, nlen, n, ids, token))
 COUNTED(qs_queue_release, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_release, (c, name, nlen, id, token))
 COUNTED(qs_queue_len, (qs_casket *c, const void *name, size_t nlen, uint64_t *len), c, c, do_len, (c, name, nlen, len))
 COUNTED(qs_queue_clear, (qs_casket *c, const void *name, size_t nlen, uint64_t *removed), c, c, do_clear, (c, name, nlen, removed))

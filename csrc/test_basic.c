@@ -1226,6 +1226,9 @@ static void flipped_byte(void)
                    ", %s the hole): qs_check %d (%s)\n", off, pg, pages,
                    in_hole ? "in" : "outside", rc, qs_strerror(rc));
         CHECK_RC(rc, in_hole ? 0 : QS_CORRUPT);
+        /* the one damaged page is the one named, once */
+        CHECK(qs_corrupt_page(c) == (in_hole ? 0 : pg));
+        CHECK(qs_corrupt_page(c) == 0);
 
         /* every read is right or QS_CORRUPT: never garbage */
         int corrupt = 0, wrong = 0;
@@ -1241,6 +1244,7 @@ static void flipped_byte(void)
                 wrong++;
             qs_free(v);
         }
+        CHECK(qs_corrupt_page(c) == (corrupt ? pg : 0));
         /* a cursor walk: right records in order, until QS_CORRUPT */
         qs_cursor *cur = NULL;
         int walk_corrupt = 0, walk_wrong = 0;

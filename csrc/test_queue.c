@@ -393,6 +393,67 @@ static void publish_fanout(void)
     tc_tmp_remove(&t);
 }
 
+/* reserve_many hands out a batch under one token; ack_many removes it all
+ * or nothing (inside a transaction and outside), so a binding can look at
+ * payloads before they are consumed. */
+static void reserve_many_ack_many(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    uint64_t id[5];
+    const char *v[5] = {"i0", "i1", "i2", "i3", "i4"};
+    for (int i = 0; i < 5; i++)
+        CHECK_RC(qput(c, "q", v[i], &id[i]), 0);
+
+    qs_items *it = (qs_items *)0x1;
+    CHECK_RC(qs_queue_reserve_many(c, "q", 1, 0, 0, 0, &it), QS_INVAL);
+    CHECK(it == NULL);
+    REQUIRE_RC(qs_queue_reserve_many(c, "q", 1, 3, 0, 0, &it), 0);
+    CHECK(it->count == 3 && item_is(it, 0, "i0", id[0]) && item_is(it, 2, "i2", id[2]));
+    CHECK(qlen(c, "q") == 2);
+
+    /* refusals change nothing: a stranger id, a wrong token, disorder */
+    uint64_t bad[3] = {id[0], id[1], id[3]};
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, bad, it->token), QS_NOTRESERVED);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, it->ids, it->token + 1), QS_NOTRESERVED);
+    uint64_t twice[2] = {id[1], id[1]};
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 2, twice, it->token), QS_INVAL);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 0, it->ids, it->token), QS_INVAL);
+    CHECK(qrecords(c) == 5);
+
+    /* inside a transaction: a refusal leaves it unchanged, an abort
+     * leaves the batch reserved, a commit removes it */
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, bad, it->token), QS_NOTRESERVED);
+    CHECK(qrecords(c) == 5);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, it->ids, it->token), 0);
+    CHECK(qrecords(c) == 2);
+    CHECK_RC(qs_abort(c), 0);
+    CHECK(qrecords(c) == 5 && qlen(c, "q") == 2);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, it->ids, it->token), 0);
+    CHECK(qrecords(c) == 2 && qlen(c, "q") == 2);
+    CHECK_RC(qs_queue_ack_many(c, "q", 1, 3, it->ids, it->token), QS_NOTRESERVED);
+    qs_items_free(it);
+
+    /* reserved in a transaction, released there: its view is as before */
+    REQUIRE_RC(qs_begin(c), 0);
+    it = NULL;
+    REQUIRE_RC(qs_queue_reserve_many(c, "q", 1, 10, 0, 0, &it), 0);
+    CHECK(it->count == 2 && item_is(it, 1, "i4", id[4]));
+    CHECK(qlen(c, "q") == 0);
+    for (size_t i = 0; i < it->count; i++)
+        CHECK_RC(qs_queue_release(c, "q", 1, it->ids[i], it->token), 0);
+    CHECK(qlen(c, "q") == 2);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(get_is(c, "q", "i3", id[3]));
+    qs_items_free(it);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 static void reserve_ack_release(void)
 {
     tc_tmp t;
@@ -1694,6 +1755,7 @@ int main(void)
     RUN(several_queues);
     RUN(publish_fanout);
     RUN(reserve_ack_release);
+    RUN(reserve_many_ack_many);
     RUN(leases);
     RUN(lease_over_without_other_calls);
     RUN(transactions);

@@ -20,6 +20,7 @@ from ._queue import Item, Queue
 from .errors import (
     ClosedError,
     CorruptError,
+    DecodeError,
     Empty,
     Error,
     FileExists,
@@ -53,6 +54,7 @@ __all__ = [
     "Error",
     "Empty",
     "NotReservedError",
+    "DecodeError",
     "CorruptError",
     "LockedError",
     "ReadOnlyError",

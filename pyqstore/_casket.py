@@ -7,11 +7,11 @@ import threading
 from contextlib import contextmanager
 from itertools import accumulate
 from array import array
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, TypeVar, Union, overload
 
 from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
-from ._queue import Queue, list_queues, publish
+from ._queue import Codec, CodecName, Queue, list_queues, publish, seconds_arg
 
 __all__ = ["Casket", "Snapshot", "open", "BytesLike"]
 
@@ -21,6 +21,9 @@ BytesLike = Union[bytes, bytearray, memoryview, str]
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 T = TypeVar("T")
+
+Flag = Literal["r", "w", "c", "n"]
+"""Open modes, as in :mod:`dbm`: read-only, read-write, create, new."""
 
 _FLAGS = {
     "r": lib.QS_OPEN_READ,
@@ -80,10 +83,13 @@ def _arg(x: Any, what: str) -> tuple[Any, int]:
 def _to_bytes(x: Any, what: str) -> bytes:
     """Like _arg, but always a bytes object (used to pack many records)."""
     t = type(x)
+    b: bytes
     if t is bytes:
-        return x
+        b = x
+        return b
     if t is str:
-        return x.encode("utf-8")
+        b = x.encode("utf-8")
+        return b
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, str):
@@ -101,7 +107,8 @@ def _take(pp: Any, n: int) -> bytes:
     try:
         if p == _NULL:
             return b""
-        return ffi.unpack(ffi.cast("char *", p), n)
+        b: bytes = ffi.unpack(ffi.cast("char *", p), n)
+        return b
     finally:
         lib.qs_free(p)
 
@@ -185,7 +192,7 @@ class Casket:
     def __init__(
         self,
         path: PathLike,
-        flag: str = "c",
+        flag: Flag = "c",
         *,
         sync: bool = True,
         lock_timeout: float = 5.0,
@@ -210,11 +217,13 @@ class Casket:
         bpath = os.fsencode(fspath)
         if b"\0" in bpath:
             raise ValueError("embedded null byte in path")
-        if cache_size is not None and cache_size < 0:
-            raise ValueError("cache_size must be >= 0")
-        if checkpoint_size is not None and checkpoint_size < 0:
-            raise ValueError("checkpoint_size must be >= 0")
-        if lock_timeout < 0:
+        for what, size in (("cache_size", cache_size), ("checkpoint_size", checkpoint_size)):
+            if size is not None:
+                if isinstance(size, bool) or not isinstance(size, int):
+                    raise TypeError(f"{what} must be an int or None, not {type(size).__name__}")
+                if size < 0:
+                    raise ValueError(f"{what} must be >= 0")
+        if not seconds_arg(lock_timeout, "lock_timeout") >= 0:
             raise ValueError("lock_timeout must be >= 0")
 
         opts = ffi.new("qs_options *")
@@ -244,7 +253,7 @@ class Casket:
         """Call fn(handle, *args); raise on a nonzero return code."""
         rc = fn(self._c, *args)
         if rc:
-            raise error_for(rc, op, self.path)
+            raise error_for(rc, op, self.path, handle=self._c)
         return rc
 
     def _key_count(self, fn: Callable[..., int], key: BytesLike, op: str) -> int:
@@ -260,7 +269,7 @@ class Casket:
         return int(out[0])
 
     def _error(self, rc: int, op: str) -> Error:
-        return error_for(rc, op, self.path)
+        return error_for(rc, op, self.path, handle=self._c)
 
     @property
     def closed(self) -> bool:
@@ -412,7 +421,13 @@ class Casket:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, key: BytesLike, default: Optional[T] = None) -> Union[bytes, T, None]:
+    @overload
+    def get(self, key: BytesLike) -> Optional[bytes]: ...
+
+    @overload
+    def get(self, key: BytesLike, default: T) -> Union[bytes, T]: ...
+
+    def get(self, key: BytesLike, default: Any = None) -> Any:
         """The first value of ``key``, or ``default`` when it has none."""
         k, kl = _arg(key, "key")
         pp = ffi.new("void **")
@@ -430,7 +445,8 @@ class Casket:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             raise KeyError(key)
-        return value  # type: ignore[return-value]
+        b: bytes = value
+        return b
 
     def getdup(self, key: BytesLike) -> list[bytes]:
         """Every value of ``key`` in insertion order (empty when none)."""
@@ -668,7 +684,16 @@ class Casket:
 
     # ------------------------------------------------------------------ queues
 
-    def queue(self, name: str, codec: Any = None) -> "Queue":
+    @overload
+    def queue(self, name: str, codec: None = None) -> "Queue[bytes]": ...
+
+    @overload
+    def queue(self, name: str, codec: CodecName) -> "Queue[Any]": ...
+
+    @overload
+    def queue(self, name: str, codec: "Codec[T]") -> "Queue[T]": ...
+
+    def queue(self, name: str, codec: Any = None) -> "Queue[Any]":
         """The queue called name (it exists once it holds an item).  codec:
         None (payloads are bytes-like, str as UTF-8; items come back as
         bytes), "pickle", "json", "msgpack", or an object with
@@ -685,7 +710,8 @@ class Casket:
         """Each queue holding an item and its length (as ``len(queue)``)."""
         return dict(list_queues(self))
 
-    def publish(self, payload: Any, names: Iterable[str], codec: Any = None) -> int:
+    def publish(self, payload: Any, names: Iterable[str],
+                codec: Union[None, CodecName, "Codec[Any]"] = None) -> int:
         """Fan-out: put one payload on every named queue, storing it once;
         its storage is freed when the last of them has consumed it.  Returns
         the item id (the same in every queue)."""
@@ -816,7 +842,7 @@ class Snapshot(Casket):
 
 def open(
     path: PathLike,
-    flag: str = "c",
+    flag: Flag = "c",
     *,
     sync: bool = True,
     lock_timeout: float = 5.0,

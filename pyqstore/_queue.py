@@ -8,20 +8,32 @@ from __future__ import annotations
 import functools
 import json
 import marshal
+import numbers
+import operator
 import pickle
 import struct
 import threading
 from array import array
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
 
 from ._qstore import ffi, lib
-from .errors import Empty, TooBigError, error_for
+from .errors import DecodeError, Empty, TooBigError, error_for
 
 if TYPE_CHECKING:
     from ._casket import Casket
 
-__all__ = ["Queue", "Item", "Codec", "resolve_codec"]
+__all__ = ["Queue", "Item", "Codec", "CodecName", "resolve_codec"]
+
+T = TypeVar("T")
+
+BytesLike = Union[bytes, bytearray, memoryview, str]
+"""What a queue without a codec takes as a payload (str as UTF-8); its
+items come back as bytes."""
+
+CodecName = Literal["pickle", "json", "msgpack"]
+"""The codecs known by name.  Their payloads are typed Any: what comes
+back is whatever the codec makes of the bytes."""
 
 _NOTFOUND = lib.QS_NOTFOUND
 _INVAL = lib.QS_INVAL
@@ -40,12 +52,13 @@ _char_p = ffi.typeof("char *")
 _cast = ffi.cast
 
 
-class Codec(Protocol):
-    """Anything with ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``."""
+class Codec(Protocol[T]):
+    """Anything with ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``;
+    a queue with a ``Codec[T]`` is a ``Queue[T]``."""
 
-    def encode(self, obj: Any) -> bytes: ...
+    def encode(self, obj: T) -> bytes: ...
 
-    def decode(self, data: bytes) -> Any: ...
+    def decode(self, data: bytes) -> T: ...
 
 
 class _Pickle:
@@ -55,7 +68,9 @@ class _Pickle:
     def encode(obj: Any) -> bytes:
         return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
-    decode = staticmethod(pickle.loads)
+    @staticmethod
+    def decode(data: bytes) -> Any:
+        return pickle.loads(data)
 
 
 class _Json:
@@ -65,7 +80,9 @@ class _Json:
     def encode(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
-    decode = staticmethod(json.loads)
+    @staticmethod
+    def decode(data: bytes) -> Any:
+        return json.loads(data)
 
 
 class _Msgpack:
@@ -78,13 +95,14 @@ class _Msgpack:
         self._unpackb = msgpack.unpackb
 
     def encode(self, obj: Any) -> bytes:
-        return self._packb(obj, use_bin_type=True)
+        b: bytes = self._packb(obj, use_bin_type=True)
+        return b
 
     def decode(self, data: bytes) -> Any:
         return self._unpackb(data, raw=False)
 
 
-def resolve_codec(codec: Union[None, str, Codec]) -> Optional[Codec]:
+def resolve_codec(codec: Union[None, str, Codec[Any]]) -> Optional[Codec[Any]]:
     """None, a codec name ("pickle", "json", "msgpack") or a codec object."""
     if codec is None:
         return None
@@ -123,10 +141,13 @@ def queue_name(name: Any) -> bytes:
 def _raw_payload(x: Any) -> bytes:
     """A payload with no codec: bytes-like as it is, str as UTF-8."""
     t = type(x)
+    b: bytes
     if t is bytes:
-        return x
+        b = x
+        return b
     if t is str or isinstance(x, str):
-        return x.encode("utf-8")
+        b = x.encode("utf-8")
+        return b
     if isinstance(x, (bytes, bytearray)):
         return bytes(x)
     if isinstance(x, memoryview):
@@ -137,7 +158,7 @@ def _raw_payload(x: Any) -> bytes:
     )
 
 
-def _encoded(codec: Codec, obj: Any) -> bytes:
+def _encoded(codec: Codec[Any], obj: Any) -> bytes:
     b = codec.encode(obj)
     if type(b) is not bytes:
         if isinstance(b, (bytes, bytearray, memoryview)):
@@ -167,7 +188,7 @@ def _framed(items: list[Any]) -> Optional[bytes]:
     return framed if framed[0] == 0x5B else None     # "[": a list
 
 
-def _pack(items: list[Any]) -> tuple[bytes, array]:
+def _pack(items: list[Any]) -> tuple[bytes, "array[int]"]:
     """(the payloads concatenated, their lengths as uint32).  Both are taken
     a chunk at a time, the lengths right after the join: each payload object
     is then fetched from memory once, not once per pass (a list made over
@@ -177,7 +198,7 @@ def _pack(items: list[Any]) -> tuple[bytes, array]:
         if len(items) <= _CHUNK:
             return join(items), array("I", map(len, items))
         parts = []
-        lens = array("I")
+        lens: array[int] = array("I")
         add_lens = lens.extend
         for i in range(0, len(items), _CHUNK):
             part = items[i:i + _CHUNK]
@@ -222,18 +243,60 @@ def _split(items: Any) -> tuple[list[int], list[bytes]]:
     return ids, [data[a:b] for a, b in pairwise(offs)]
 
 
+def _codec_name(codec: Codec[Any]) -> str:
+    name = getattr(codec, "name", None)
+    return name if isinstance(name, str) else repr(codec)
+
+
+def _decode_all(queue: "Queue[T]", codec: Codec[T], ids: list[int], payloads: list[bytes]) -> list[T]:
+    """Every payload decoded; DecodeError naming the first that fails."""
+    decode = codec.decode
+    out: list[T] = []
+    for i, p in enumerate(payloads):
+        try:
+            out.append(decode(p))
+        except Exception as e:
+            raise DecodeError(
+                f"queue {queue.name!r}: item {ids[i]} does not decode with codec "
+                f"{_codec_name(codec)}: {type(e).__name__}: {e}; it was not consumed",
+                queue.name, ids[i], p) from e
+    return out
+
+
+def _count_arg(n: Any) -> int:
+    """A batch size: an int >= 0 (TypeError for "3", 2.0 or True)."""
+    if isinstance(n, bool):
+        raise TypeError("n must be an int, not bool")
+    try:
+        n = operator.index(n)     # an int, or an integer type such as numpy's
+    except TypeError:
+        raise TypeError(f"n must be an int, not {type(n).__name__}") from None
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    i: int = n
+    return i
+
+
+def seconds_arg(x: Any, what: str) -> float:
+    """A number of seconds as a float; TypeError naming the argument for
+    anything that is not a real number (a str, None, a bool)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{what} must be a number of seconds, not {type(x).__name__}")
+    return float(x)
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
     if timeout is None:
         return -1.0
-    t = float(timeout)
+    t = seconds_arg(timeout, "timeout")
     if not t >= 0:
         raise ValueError("timeout must be a non-negative number or None")
     return t
 
 
-class Item:
+class Item(Generic[T]):
     """A reserved item (see :meth:`Queue.reserve`): ``id``, ``payload``,
     :meth:`ack` and :meth:`release`.  The reservation is this object's: an
     ack or release through another Item (or after the lease ran out) never
@@ -241,7 +304,7 @@ class Item:
 
     __slots__ = ("queue", "id", "payload", "_token")
 
-    def __init__(self, queue: "Queue", id: int, payload: Any, token: int) -> None:
+    def __init__(self, queue: "Queue[T]", id: int, payload: T, token: int) -> None:
         self.queue = queue
         self.id = id
         self.payload = payload
@@ -253,7 +316,7 @@ class Item:
         q = self.queue
         rc = lib.qs_queue_ack(q._c, q._key, q._klen, self.id, self._token)
         if rc:
-            raise error_for(rc, "ack", q._casket.path)
+            raise error_for(rc, "ack", q._casket.path, queue=q.name, handle=q._c)
 
     def release(self) -> None:
         """Give the item back: it is available again at its place at the
@@ -261,9 +324,9 @@ class Item:
         q = self.queue
         rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
         if rc:
-            raise error_for(rc, "release", q._casket.path)
+            raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
 
-    def __enter__(self) -> "Item":
+    def __enter__(self) -> "Item[T]":
         return self
 
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
@@ -277,8 +340,12 @@ class Item:
         return f"<pyqstore.Item {self.queue.name!r} id={self.id}>"
 
 
-class Queue:
+class Queue(Generic[T]):
     """A named FIFO queue in a casket.  Create with ``casket.queue(name)``.
+
+    A ``Queue[T]`` hands out items of type T: ``Queue[bytes]`` without a
+    codec (it takes any bytes-like payload or str), ``Queue[Any]`` with a
+    codec named by a string, ``Queue[T]`` with a ``Codec[T]`` object.
 
     Items come out in the order they were put.  Operations inside
     ``casket.transaction()`` are part of it; outside, each call commits on
@@ -292,7 +359,8 @@ class Queue:
     # each costs ~25 ns in a cffi call); it holds nothing of the casket.
     __slots__ = ("_casket", "_c", "_q", "_key", "_klen", "_codec", "name")
 
-    def __init__(self, casket: "Casket", name: str, codec: Union[None, str, Codec] = None) -> None:
+    def __init__(self, casket: "Casket", name: str,
+                 codec: Union[None, CodecName, Codec[T]] = None) -> None:
         self._key = queue_name(name)
         self.name = name
         self._casket = casket
@@ -308,10 +376,16 @@ class Queue:
     def __repr__(self) -> str:
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
 
-    def _raise(self, rc: int, op: str) -> None:
-        raise error_for(rc, op, self._casket.path)
+    def _raise(self, rc: int, op: str) -> NoReturn:
+        raise error_for(rc, op, self._casket.path, queue=self.name, handle=self._c)
 
     # ------------------------------------------------------------------ put
+
+    @overload
+    def put(self: "Queue[bytes]", payload: BytesLike) -> int: ...
+
+    @overload
+    def put(self, payload: T) -> int: ...
 
     def put(self, payload: Any) -> int:
         """Append one item; returns its id."""
@@ -320,14 +394,24 @@ class Queue:
             b = payload if type(payload) is bytes else _raw_payload(payload)
         else:
             b = _encoded(codec, payload)
-        r = _qs_put_id(self._q, b, len(b))
+        r: int = _qs_put_id(self._q, b, len(b))
         if r < 0:
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
 
+    @overload
+    def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike]) -> int: ...
+
+    @overload
+    def put_many(self, payloads: Iterable[T]) -> int: ...
+
     def put_many(self, payloads: Iterable[Any]) -> int:
         """Append every payload of the iterable in one call (one transaction
         unless inside the caller's); returns how many."""
+        if isinstance(payloads, (str, bytes, bytearray, memoryview)):
+            # iterating would store one item per character (or per int)
+            raise TypeError(f"put_many takes an iterable of payloads, not one "
+                            f"{type(payloads).__name__}: use put(x) or put_many([x])")
         codec = self._codec
         if codec is not None:
             items = [_encoded(codec, p) for p in payloads]
@@ -357,7 +441,10 @@ class Queue:
 
     # ------------------------------------------------------------------ get
 
-    def _get(self, n: int, timeout: float, op: str) -> list[Any]:
+    def _get(self, n: int, timeout: float, op: str) -> list[T]:
+        codec = self._codec
+        if codec is not None:
+            return self._get_decoded(codec, n, timeout, op)
         out = _new("qs_items **")
         k = self._key
         rc = _qs_get(self._c, k, self._klen, n, timeout, out)
@@ -366,13 +453,47 @@ class Queue:
                 raise Empty(f"queue {self.name!r} is empty")
             self._raise(rc, op)
         _, payloads = _split(out[0])
+        return payloads  # type: ignore[return-value]  # T is bytes without a codec
+
+    def _get_decoded(self, codec: Codec[T], n: int, timeout: float, op: str) -> list[T]:
+        # A payload must decode before its removal is committed, or a bad
+        # one is lost.  So the batch is reserved (hidden from everyone,
+        # nothing removed, inside a transaction as outside), decoded, and
+        # acknowledged in one call only when every item decoded; otherwise
+        # released, back at its place, and DecodeError names the first bad
+        # item.  A crash in between ends the reservations: nothing is lost.
+        out = _new("qs_items **")
+        k = self._key
+        rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, timeout, 0.0, out)
+        if rc:
+            if rc == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(rc, op)
+        token = out[0].token
+        ids, payloads = _split(out[0])
+        try:
+            objs = _decode_all(self, codec, ids, payloads)
+            rc = lib.qs_queue_ack_many(self._c, k, self._klen, len(ids),
+                                       ffi.from_buffer("uint64_t[]", array("Q", ids)), token)
+            if rc:
+                self._raise(rc, op)
+        except BaseException:
+            self._release(ids, token)
+            raise
+        return objs
+
+    def _release(self, ids: list[int], token: int) -> None:
+        # On the way out of a failed take; a release that fails too (the
+        # casket was closed meanwhile) is not reported over the first
+        # error: closing the handle ends its reservations anyway.
+        for i in ids:
+            lib.qs_queue_release(self._c, self._key, self._klen, i, token)
+
+    def _get_one(self, timeout: float) -> T:
+        # get()'s own path: one item, no lists, a per-thread out-parameter.
         codec = self._codec
         if codec is not None:
-            return [codec.decode(p) for p in payloads]
-        return payloads
-
-    def _get_one(self, timeout: float) -> Any:
-        # get()'s own path: one item, no lists, a per-thread out-parameter.
+            return self._get_decoded(codec, 1, timeout, "get")[0]
         try:
             out = _tls.items
         except AttributeError:
@@ -384,46 +505,41 @@ class Queue:
             self._raise(rc, "get")
         it = out[0]
         try:
-            payload = _buffer(it.data, it.off[1])[:]
+            b: T = _buffer(it.data, it.off[1])[:]    # T is bytes without a codec
+            return b
         finally:
             _qs_items_free(it)
-        codec = self._codec
-        return payload if codec is None else codec.decode(payload)
 
-    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> T:
         """Remove and return the oldest available item.  With block (the
         default) wait up to timeout seconds (None: no limit) for one; raise
         :class:`pyqstore.Empty` when there is none.  Inside a transaction it
         never waits."""
         return self._get_one(_timeout_arg(block, timeout))
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         """``get(block=False)``."""
         return self._get_one(0.0)
 
-    def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[Any]:
+    def get_many(self, n: int, block: bool = False, timeout: Optional[float] = None) -> list[T]:
         """Remove and return up to n items, oldest first, in one call.
         Without block an empty queue gives ``[]``; with block wait up to
         timeout for at least one item, then ``[]``."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        if n == 0:
+        if _count_arg(n) == 0:
             return []
         try:
             return self._get(n, _timeout_arg(block, timeout), "get_many")
         except Empty:
             return []
 
-    def peek(self) -> Any:
+    def peek(self) -> Optional[T]:
         """The oldest available item without removing it, or None."""
         got = self.peek_many(1)
         return got[0] if got else None
 
-    def peek_many(self, n: int) -> list[Any]:
+    def peek_many(self, n: int) -> list[T]:
         """Up to n of the oldest available items, without removing them."""
-        if n < 0:
-            raise ValueError("n must be >= 0")
-        if n == 0:
+        if _count_arg(n) == 0:
             return []
         out = _new("qs_items **")
         k = self._key
@@ -432,11 +548,11 @@ class Queue:
             if rc == _NOTFOUND:
                 return []
             self._raise(rc, "peek")
-        _, payloads = _split(out[0])
+        ids, payloads = _split(out[0])
         codec = self._codec
         if codec is not None:
-            return [codec.decode(p) for p in payloads]
-        return payloads
+            return _decode_all(self, codec, ids, payloads)
+        return payloads  # type: ignore[return-value]  # T is bytes without a codec
 
     def iter(self, with_ids: bool = False) -> Iterator[Any]:
         """Iterate the queue's items in id order (oldest first) without
@@ -481,7 +597,7 @@ class Queue:
 
     # -------------------------------------------------------------- reserve
 
-    def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item:
+    def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item[T]:
         """Reserve the oldest available item (waiting up to timeout seconds,
         None: no limit) and return it as an :class:`Item`.  Until acked or
         released it is hidden from every other consumer; it comes back at
@@ -491,7 +607,7 @@ class Queue:
         if lease is None:
             lease_s = 0.0
         else:
-            lease_s = float(lease)
+            lease_s = seconds_arg(lease, "lease")
             if not lease_s > 0:
                 raise ValueError("lease must be a positive number of seconds or None")
         out = _new("qs_items **")
@@ -504,7 +620,13 @@ class Queue:
         token = out[0].token
         ids, payloads = _split(out[0])
         codec = self._codec
-        payload = codec.decode(payloads[0]) if codec is not None else payloads[0]
+        if codec is None:
+            return Item(self, ids[0], payloads[0], token)  # type: ignore[arg-type]
+        try:
+            payload = _decode_all(self, codec, ids, payloads)[0]
+        except BaseException:
+            self._release(ids, token)
+            raise
         return Item(self, ids[0], payload, token)
 
     # ---------------------------------------------------------------- upkeep
@@ -515,7 +637,7 @@ class Queue:
         rc = fn(self._c, k, self._klen, out)
         if rc:
             self._raise(rc, op)
-        return out[0]
+        return int(out[0])
 
     def __len__(self) -> int:
         """Items available to get (reserved ones not counted).  O(1)."""
@@ -535,13 +657,13 @@ def list_queues(casket: "Casket") -> list[tuple[str, int]]:
     out = _new("qs_items **")
     rc = lib.qs_queue_list(casket._c, out)
     if rc:
-        raise error_for(rc, "queues", casket.path)
+        raise error_for(rc, "queues", casket.path, handle=casket._c)
     lens, names = _split(out[0])
     return [(n.decode("utf-8", "surrogateescape"), ln) for n, ln in zip(names, lens)]
 
 
 def publish(casket: "Casket", payload: Any, names: Iterable[str],
-            codec: Union[None, str, Codec] = None) -> int:
+            codec: Union[None, CodecName, Codec[Any]] = None) -> int:
     """See Casket.publish."""
     keys = [queue_name(n) for n in ([names] if isinstance(names, str) else names)]
     if not keys:
@@ -556,5 +678,5 @@ def publish(casket: "Casket", payload: Any, names: Iterable[str],
     rc = lib.qs_queue_publish(casket._c, len(keys), b"".join(keys),
                               ffi.from_buffer("uint64_t[]", offs), b, len(b), out)
     if rc:
-        raise error_for(rc, "publish", casket.path)
-    return out[0]
+        raise error_for(rc, "publish", casket.path, handle=casket._c)
+    return int(out[0])

@@ -34,6 +34,7 @@ import base64
 import binascii
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -190,10 +191,13 @@ def _watch(c: Casket, label: str, enabled: Optional[bool], fn: Callable[[], T]) 
 
 
 def _describe(e: BaseException) -> str:
-    """One-line message for a library or OS error."""
+    """One-line message for a library or OS error, always in the library's
+    form "OPERATION 'FILE': WHAT WENT WRONG"."""
+    if isinstance(e, Error) and e.where:
+        return f"{e.where}: {e.reason}"
     if isinstance(e, OSError) and e.filename is not None:
-        name = os.fsdecode(e.filename)
-        return f"{name}: {e.strerror or e}"
+        # the command's own files (dump -o): opening them is what fails
+        return f"open {os.fsdecode(e.filename)!r}: {e.strerror or e}"
     return str(e) or type(e).__name__
 
 
@@ -311,9 +315,30 @@ def queues(file: str, as_json: bool) -> None:
 
 # ------------------------------------------------------------------- peek
 
-_PEEK_FORMATS = {
+def _utf8_shown(b: bytes) -> str:
+    """b decoded as UTF-8 for a terminal: bad bytes as \\xNN, and control
+    characters escaped (as repr does) so a payload cannot move the cursor,
+    clear the screen or split its line; a backslash is doubled so the
+    escapes stay unambiguous."""
+    text = b.decode("utf-8", "backslashreplace")
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for ch in b.decode("utf-8", "surrogateescape"):
+        if "\udc80" <= ch <= "\udcff":
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])
+    return "".join(out)
+
+
+_PEEK_FORMATS: dict[str, Callable[[bytes], str]] = {
     "repr": repr,
-    "utf8": lambda b: b.decode("utf-8", "backslashreplace"),
+    "utf8": _utf8_shown,
     "hex": lambda b: b.hex(),
     "base64": lambda b: base64.b64encode(b).decode("ascii"),
     "json": lambda b: json.dumps(encode_bytes(b), ensure_ascii=False),
@@ -337,7 +362,8 @@ def peek(file: str, queue: str, count: int, fmt: str) -> None:
     \b
     Formats:
         repr    Python bytes literal, e.g. b'job\\x001' (default)
-        utf8    the payload decoded as UTF-8, bad bytes as \\xNN escapes
+        utf8    the payload decoded as UTF-8, bad bytes as \\xNN and
+                control characters as \\n, \\x1b ... escapes
         hex     lowercase hexadecimal
         base64  standard base64
         json    the dump encoding: a JSON string, or {"b64": ...} when
@@ -483,7 +509,7 @@ class _Loader:
 
     def __init__(self, c: Casket) -> None:
         self.c = c
-        self.queues: dict[str, pyqstore.Queue] = {}
+        self.queues: dict[str, pyqstore.Queue[bytes]] = {}
         self.records = 0
         self.items = 0
 
@@ -525,7 +551,7 @@ def _input_size(src: IO[bytes]) -> int:
         st = os.fstat(src.fileno())
     except (AttributeError, OSError, ValueError):
         return 0
-    return st.st_size if os.path.stat.S_ISREG(st.st_mode) else 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def _load_into(c: Casket, src: IO[bytes], name: str,

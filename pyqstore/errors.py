@@ -11,7 +11,7 @@ import builtins
 import errno as _errno
 import os
 import queue as _queue
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 __all__ = [
     "Error",
@@ -27,6 +27,7 @@ __all__ = [
     "NoMemoryError",
     "FullError",
     "NotReservedError",
+    "DecodeError",
     "Empty",
     "FileNotFound",
     "PermissionDenied",
@@ -44,6 +45,10 @@ class Error(Exception):
     """
 
     code: int = 0
+    #: What failed and where, e.g. ``"open 'data.qs'"`` (empty when raised
+    #: by the Python layer itself); ``reason`` is the rest of the message.
+    where: str = ""
+    reason: str = ""
 
 
 class CorruptError(Error):
@@ -110,6 +115,19 @@ class NotReservedError(Error):
     """An ack or release of an item that is not reserved under that
     reservation: already acknowledged or released, or its lease ran out
     (and perhaps another consumer holds it now)."""
+
+
+class DecodeError(Error, ValueError):
+    """A queue's codec could not decode an item's payload.  The item was
+    not consumed: it is still in the queue, at its place.  ``queue`` is
+    the queue's name, ``id`` the item's id and ``payload`` its raw bytes;
+    the codec's own exception is the ``__cause__``."""
+
+    def __init__(self, message: str, queue: str, id: int, payload: bytes) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.id = id
+        self.payload = payload
 
 
 class Empty(Error, _queue.Empty):
@@ -204,7 +222,8 @@ def _table() -> dict[int, tuple[type[Error], Optional[str]]]:
 def _strerror(rc: int) -> str:
     from ._qstore import ffi, lib
 
-    return ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
+    text: str = ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
+    return text
 
 
 def _describe_path(path: Union[str, bytes, None]) -> str:
@@ -220,21 +239,35 @@ def error_for(
     op: str,
     path: Union[str, bytes, None] = None,
     detail: Optional[str] = None,
+    *,
+    queue: Optional[str] = None,
+    handle: Any = None,
 ) -> Error:
     """Build (not raise) the exception for C return code ``rc``.
 
     ``op`` names the operation (``"open"``, ``"put"``, ...), ``path`` the
-    casket, ``detail`` replaces the default description when given (for
-    example the message of ``qs_check``).
+    casket, ``queue`` the queue it was on, ``detail`` replaces the default
+    description when given (for example the message of ``qs_check``).
+    ``handle``, the casket's C handle, lets a QS_CORRUPT name the damaged
+    page (``qs_corrupt_page``) when the C core found one.
     """
+    where = op if queue is None else f"{op} queue {queue!r} of"
+    where += _describe_path(path)
     if rc > 0:
         cls = _ERRNO_TABLE.get(rc, IOError)
         strerror = detail or os.strerror(rc)
         exc = cls(rc, f"{op}: {strerror}", path)
-        exc.code = rc
-        return exc
-    cls, override = _table().get(rc, (Error, None))
-    msg = detail or override or _strerror(rc)
-    exc = cls(f"{op}{_describe_path(path)}: {msg}")
+    else:
+        cls, override = _table().get(rc, (Error, None))
+        strerror = detail or override or _strerror(rc)
+        if handle is not None and detail is None and cls is CorruptError:
+            from ._qstore import lib
+
+            page = lib.qs_corrupt_page(handle)
+            if page:
+                strerror = f"casket is corrupt: page {page} is damaged (see qstore check)"
+        exc = cls(f"{where}: {strerror}")
     exc.code = rc
+    exc.where = where
+    exc.reason = strerror
     return exc

@@ -1171,3 +1171,17 @@ def test_compact_with_concurrent_readers(path):
     assert list(c.items()) == model_items(expect)
     c.check()
     c.close()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"lock_timeout": "5"}, r"^lock_timeout must be a number of seconds, not str"),
+    ({"lock_timeout": None}, r"^lock_timeout must be a number of seconds, not NoneType"),
+    ({"cache_size": "1"}, r"^cache_size must be an int or None, not str"),
+    ({"checkpoint_size": 1.5}, r"^checkpoint_size must be an int or None, not float"),
+])
+def test_open_names_the_argument_of_the_wrong_type(path, kw, match):
+    """open(lock_timeout="5") failed with "'<' not supported between
+    instances of 'str' and 'int'", naming no argument."""
+    with pytest.raises(TypeError, match=match):
+        pyqstore.open(path, "c", **kw)
+    assert not os.path.exists(path)

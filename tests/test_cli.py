@@ -159,7 +159,10 @@ def test_peek_n(sample):
 @pytest.mark.parametrize("fmt, show", [
     ("hex", lambda b: b.hex()),
     ("base64", lambda b: base64.b64encode(b).decode()),
-    ("utf8", lambda b: b.decode("utf-8", "backslashreplace")),
+    # control characters escaped like bad bytes (this payload's are all
+    # of one or the other; test_peek_utf8_escapes_control_characters has more)
+    ("utf8", lambda b: b.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+     .replace("\x01", "\\x01").replace("\x02", "\\x02")),
     ("json", lambda b: json.dumps(encode_bytes(b), ensure_ascii=False)),
 ])
 def test_peek_formats(sample, fmt, show):
@@ -466,3 +469,55 @@ def test_python_m_entry_point(sample):
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("Error: ")
+
+
+def test_peek_utf8_escapes_control_characters(tmp_path):
+    """A payload cannot drive the terminal or split its line: ESC, CR, LF,
+    TAB, DEL and C1 controls come out escaped, a backslash doubled (so an
+    escape is never ambiguous), printable text as it is."""
+    p = str(tmp_path / "t.qs")
+    payload = "a\x1b[2Jb\r\nc\td\x7f\u009b\\x80é".encode() + b"\xfe"
+    with pyqstore.open(p, "n") as c:
+        c.queue("q").put(payload)
+    r = run("peek", p, "q", "-f", "utf8")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "a\\x1b[2Jb\\r\\nc\\td\\x7f\\x9b\\\\x80é\\xfe\n"
+    assert all(ch.isprintable() for ch in r.stdout[:-1])
+
+
+def test_errors_have_one_format(tmp_path, missing):
+    """A missing file and a file that is not a casket read alike:
+    "Error: OPERATION 'FILE': WHAT"."""
+    junk = tmp_path / "junk.qs"
+    junk.write_bytes(b"x" * 10000)
+    r1 = run("info", missing)
+    r2 = run("info", str(junk))
+    assert r1.stderr == f"Error: open {missing!r}: No such file or directory\n"
+    assert r2.stderr == f"Error: open {str(junk)!r}: not a pyqstore casket\n"
+    out = tmp_path / "no-dir" / "out.jsonl"
+    fill(str(tmp_path / "ok.qs"))
+    r3 = run("dump", str(tmp_path / "ok.qs"), "-o", str(out))
+    assert r3.stderr == f"Error: open {str(out)!r}: No such file or directory\n"
+
+
+def test_dump_of_a_damaged_casket_names_the_queue_and_the_page(tmp_path):
+    """A page of the queue's items fails its checksum: the error says
+    which queue was being read and which page is damaged."""
+    p = str(tmp_path / "d.qs")
+    with pyqstore.open(p, "n") as c:
+        c.put(b"k", b"v")
+        c.queue("jobs").put_many([b"ITEM-%05d" % i + b"." * 100 for i in range(500)])
+        c.queue("zzz").put(b"last")
+        c.sync()                      # every page in the main file
+    with open(p, "r+b") as f:
+        data = f.read()
+        off = data.find(b"ITEM-00250")  # a leaf in the middle of "jobs"
+        f.seek(off)
+        f.write(b"JUNK")
+    page = off // pyqstore._qstore.lib.QS_PAGE_SIZE
+    r = run("dump", p)
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: iter queue 'jobs' of {p!r}: casket is corrupt: "
+                        f"page {page} is damaged (see qstore check)\n")
+    r = run("check", p)
+    assert f"page {page}:" in r.stdout

@@ -1019,3 +1019,36 @@ def test_hundred_thousand_items_in_order(casket):
     assert casket.queues() == []
     assert queue_records(casket) == 0
     casket.check()
+
+
+@pytest.mark.parametrize("one", ["abc", b"abc", bytearray(b"abc"), memoryview(b"abc")])
+@pytest.mark.parametrize("codec", [None, "json"])
+def test_put_many_refuses_a_single_payload(casket, one, codec):
+    """put_many("abc") stored three items, one per character."""
+    q = casket.queue("q", codec=codec)
+    with pytest.raises(TypeError, match="put_many takes an iterable of payloads"):
+        q.put_many(one)
+    assert len(q) == 0
+    assert q.put_many(["abc"]) == 1
+
+
+@pytest.mark.parametrize("bad", ["3", 2.0, True, None])
+def test_batch_sizes_must_be_ints(casket, bad):
+    """get_many("3") failed with "'<' not supported between 'str' and 'int'"."""
+    q = casket.queue("q")
+    q.put(b"x")
+    for method in (q.get_many, q.peek_many):
+        with pytest.raises(TypeError, match=r"^n must be an int, not "):
+            method(bad)
+    assert len(q) == 1
+
+
+@pytest.mark.parametrize("bad", ["5", None, b"1"])
+def test_seconds_must_be_numbers(casket, bad):
+    q = casket.queue("q")
+    q.put(b"x")
+    with pytest.raises(TypeError, match=r"^timeout must be a number of seconds"):
+        q.get(timeout=bad) if bad is not None else q.get(timeout=[1])
+    with pytest.raises(TypeError, match=r"^lease must be a number of seconds"):
+        q.reserve(timeout=0, lease=bad if bad is not None else "1")
+    assert len(q) == 1

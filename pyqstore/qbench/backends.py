@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import struct
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 from . import servers
 
@@ -156,13 +156,15 @@ class _PyqStore(Store):
         self.c.put(key, value)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self.c.get(key)
+        result: Optional[bytes] = self.c.get(key)
+        return result
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self.c.putdup(key, value)
 
     def getdup(self, key: bytes) -> list[bytes]:
-        return self.c.getdup(key)
+        result: list[bytes] = self.c.getdup(key)
+        return result
 
     def _q(self, name: str) -> Any:
         q = self.queues.get(name)
@@ -174,7 +176,8 @@ class _PyqStore(Store):
         self._q(name).put(payload)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
-        return self._q(name).get_many(n)
+        result: list[bytes] = self._q(name).get_many(n)
+        return result
 
     def qlen(self, name: str) -> int:
         return len(self._q(name))
@@ -303,7 +306,8 @@ class _TCStore(Store):
         self.next_id = 0
 
     def _err(self) -> str:
-        return self.ffi.string(self.lib.tcbdberrmsg(self.lib.tcbdbecode(self.bdb))).decode()
+        result: str = self.ffi.string(self.lib.tcbdberrmsg(self.lib.tcbdbecode(self.bdb))).decode()
+        return result
 
     def _ok(self, ok: bool, what: str) -> None:
         if not ok:
@@ -327,7 +331,8 @@ class _TCStore(Store):
         if p == self.ffi.NULL:
             return None
         try:
-            return self.ffi.unpack(self.ffi.cast("char *", p), sp[0])
+            result: Optional[bytes] = self.ffi.unpack(self.ffi.cast("char *", p), sp[0])
+            return result
         finally:
             self.lib.tcfree(p)
 
@@ -367,7 +372,8 @@ class _TCStore(Store):
 
     def qlen(self, name: str) -> int:
         k = name.encode()
-        return max(0, self.lib.tcbdbvnum(self.bdb, k, len(k)))
+        result: int = max(0, self.lib.tcbdbvnum(self.bdb, k, len(k)))
+        return result
 
     def close(self) -> None:
         if self.bdb is not None:
@@ -392,7 +398,8 @@ class TokyoCabinet(Backend):
 
     def version(self) -> str:
         ffi, lib = _tclib()
-        return ffi.string(lib.tcversion).decode()
+        result: str = ffi.string(lib.tcversion).decode()
+        return result
 
     def open(self, directory: str, sync: bool) -> Store:
         return _TCStore(os.path.join(directory, "casket.tcb"), sync)
@@ -472,7 +479,8 @@ class _LmdbStore(Store):
                     break
             return out
 
-        return self._write(take)
+        result: list[bytes] = self._write(take)
+        return result
 
     def qlen(self, name: str) -> int:
         prefix = name.encode() + b"\0"
@@ -567,7 +575,8 @@ class _SqliteStore(Store):
         return [r[1] for r in rows]
 
     def qlen(self, name: str) -> int:
-        return self.con.execute("SELECT count(*) FROM q WHERE name = ?", (name,)).fetchone()[0]
+        result: int = self.con.execute("SELECT count(*) FROM q WHERE name = ?", (name,)).fetchone()[0]
+        return result
 
     def connect(self) -> Store:
         return _SqliteStore(self.path, self.sync)
@@ -631,19 +640,20 @@ class _RedisStore(Store):
         self._c().set(key, value)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self.r.get(key)
+        # redis's stubs type replies bytes | str (decode_responses is off)
+        return cast(Optional[bytes], self.r.get(key))
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self._c().rpush(b"d:" + key, value)
 
     def getdup(self, key: bytes) -> list[bytes]:
-        return self.r.lrange(b"d:" + key, 0, -1)
+        return cast(list[bytes], self.r.lrange(b"d:" + key, 0, -1))
 
     def qput(self, name: str, payload: bytes) -> None:
         self._c().rpush("q:" + name, payload)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
-        return self.r.lpop("q:" + name, n) or []
+        return cast(list[bytes], self.r.lpop("q:" + name, n) or [])
 
     def qlen(self, name: str) -> int:
         return self.r.llen("q:" + name)
@@ -694,7 +704,7 @@ class _BdbStore(Store):
     transactional environment; with sync off, DB_TXN_NOSYNC."""
 
     def __init__(self, path: str, sync: bool) -> None:
-        from berkeleydb import db
+        from berkeleydb import db  # type: ignore[import-untyped, unused-ignore]
 
         self.dbm = db
         os.makedirs(path, exist_ok=True)
@@ -726,7 +736,8 @@ class _BdbStore(Store):
         self.kv.put(key, value, txn=self.txn)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self.kv.get(key, txn=self.txn)
+        result: Optional[bytes] = self.kv.get(key, txn=self.txn)
+        return result
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self.dups.put(key, value, txn=self.txn)
@@ -818,7 +829,7 @@ class _MemcachedSession(Session):
 
 class _MemcachedStore(Store):
     def __init__(self, port: int) -> None:
-        from pymemcache.client.base import Client
+        from pymemcache.client.base import Client  # type: ignore[import-untyped, unused-ignore]
 
         self.port = port
         self.c = Client(("127.0.0.1", port), no_delay=True)
@@ -828,7 +839,8 @@ class _MemcachedStore(Store):
             raise OSError("memcached refused a set")
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self.c.get(key)
+        result: Optional[bytes] = self.c.get(key)
+        return result
 
     def connect(self) -> Store:
         return _MemcachedStore(self.port)
@@ -870,7 +882,7 @@ class Memcached(Backend):
 
 class _DiskcacheStore(Store):
     def __init__(self, path: str) -> None:
-        import diskcache
+        import diskcache  # type: ignore[import-untyped, unused-ignore]
 
         self.path = path
         self.cache = diskcache.Cache(path)
@@ -889,10 +901,11 @@ class _DiskcacheStore(Store):
         self.cache.set(key, value)
 
     def get(self, key: bytes) -> Optional[bytes]:
-        return self.cache.get(key)
+        result: Optional[bytes] = self.cache.get(key)
+        return result
 
     def _d(self, name: str) -> Any:
-        import diskcache
+        import diskcache  # type: ignore[import-untyped, unused-ignore]
 
         d = self.deques.get(name)
         if d is None:
@@ -976,7 +989,8 @@ class _PersistQueueStore(Store):
         return out
 
     def qlen(self, name: str) -> int:
-        return self._q(name).qsize()
+        result: int = self._q(name).qsize()
+        return result
 
     def queue_transaction(self, payloads: list[bytes]) -> None:
         import persistqueue

@@ -350,8 +350,9 @@ def _plot_tune(result: dict[str, Any], path: str) -> None:
     q = result["models"]["quadratic"]["coefficients"]
 
     def surface(w: float, b: float) -> float:
-        return (q["(Intercept)"] + q["writers"] * w + q["I(writers^2)"] * w * w
-                + q["batch"] * b + q["I(batch^2)"] * b * b)
+        result: float = (q["(Intercept)"] + q["writers"] * w + q["I(writers^2)"] * w * w
+                         + q["batch"] * b + q["I(batch^2)"] * b * b)
+        return result
 
     fig, ax = plt.subplots(figsize=(7, 5))
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis",

@@ -12,7 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any, Callable, Optional
 
-Obj = dict[str, list]
+Obj = dict[str, list[Any]]
 
 
 def target(n: int) -> Obj:
@@ -42,7 +42,8 @@ def _xml_decode(b: bytes) -> Obj:
 
 
 def _protobuf() -> tuple[Callable[[Obj], bytes], Callable[[bytes], Obj]]:
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    # no stubs unless types-protobuf is installed
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped, unused-ignore]
 
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="qbench_target.proto", package="qbench")
@@ -55,7 +56,8 @@ def _protobuf() -> tuple[Callable[[Obj], bytes], Callable[[bytes], Obj]]:
     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("qbench.Target"))
 
     def enc(o: Obj) -> bytes:
-        return cls(ia=o["ia"], sa=o["sa"]).SerializeToString()
+        result: bytes = cls(ia=o["ia"], sa=o["sa"]).SerializeToString()
+        return result
 
     def dec(b: bytes) -> Obj:
         msg = cls.FromString(b)

@@ -75,7 +75,7 @@ def machine(directory: str) -> dict[str, Any]:
             "filesystem": filesystem_of(directory)}
 
 
-def backend_report(backends: list[bk.Backend], kind: str) -> tuple[list[bk.Backend], dict]:
+def backend_report(backends: list[bk.Backend], kind: str) -> tuple[list[bk.Backend], dict[str, Any]]:
     """The usable backends for kind, and for every backend its status."""
     usable, report = [], {}
     for b, why in bk.iter_available(backends, kind):
@@ -227,27 +227,27 @@ def correctness(backends: list[bk.Backend], count: int, max_value: int, base: Op
                         want = [b"dup-%03d" % i for i in range(50)]
                         for v in want:
                             store.putdup(b"dupkey", v)
-                        got = store.getdup(b"dupkey")
+                        dups = store.getdup(b"dupkey")
                         if b.dup_order:
                             checks["duplicate order"] = "checked"
-                            if got != want:
+                            if dups != want:
                                 mism.append("duplicates: not read back in insertion order")
                         else:
                             checks["duplicate order"] = "not kept by this product (sorted)"
-                            if sorted(got) != sorted(want):
+                            if sorted(dups) != sorted(want):
                                 mism.append("duplicates: values lost or changed")
                     if "queue" in b.kinds:
                         want = [b"item-%04d" % i for i in range(300)]
                         for v in want:
                             store.qput("fifo", v)
-                        got = []
+                        items: list[bytes] = []
                         while True:
                             batch = store.qget_many("fifo", 64)
                             if not batch:
                                 break
-                            got += batch
+                            items += batch
                         checks["queue FIFO"] = "checked"
-                        if got != want:
+                        if items != want:
                             mism.append("queue: items not read back in FIFO order")
                 finally:
                     store.close()
@@ -352,7 +352,7 @@ class ProcessFailed(RuntimeError):
     """A child process of a measurement failed, died or did not answer."""
 
 
-def _child_main(index: int, fn: Callable[..., tuple[Any, float]], args: tuple,
+def _child_main(index: int, fn: Callable[..., tuple[Any, float]], args: tuple[Any, ...],
                 barrier: Any, results: Any) -> None:
     """A spawned child: fn(*args, start) opens its handle, calls start()
     (every child waits there for the others, so the timed parts begin
@@ -373,7 +373,7 @@ def _child_main(index: int, fn: Callable[..., tuple[Any, float]], args: tuple,
         results.put((index, f"{type(e).__name__}: {e}", None))
 
 
-def _in_processes(fn: Callable[..., tuple[Any, float]], arglists: list[tuple],
+def _in_processes(fn: Callable[..., tuple[Any, float]], arglists: list[tuple[Any, ...]],
                   timeout: float) -> list[tuple[float, float, Any]]:
     """Runs fn(*args, start) in one spawned process per args (see
     _child_main); returns their (start, end, result) in order, or raises
@@ -470,7 +470,8 @@ def tune_cell(backend: bk.Backend, batch: int, writers: int, duration: float, sy
                                                 duration)] * writers,
                                  SPAWN_TIMEOUT + 2 * duration)
             elapsed = max(r[1] for r in runs) - min(r[0] for r in runs)
-            return sum(r[2] for r in runs) / max(duration, elapsed)
+            result: float = sum(r[2] for r in runs) / max(duration, elapsed)
+            return result
         first = bk.open_store(backend, d, sync, session)
         stores = [first] + [first.connect() for _ in range(writers - 1)]
         try:
@@ -612,14 +613,14 @@ def _count_lines(lines: list[bytes], add: Callable[[bytes], None]) -> None:
 
 
 def _consume(c: Any, strategy: str, block: int,
-             add_shared: Callable[[bytes], None]) -> Counter:
+             add_shared: Callable[[bytes], None]) -> Counter[bytes]:
     """One consumer on casket c: get_many(block) from queue "log" until it
     is empty, counting article hits.  mapreduce: into a private Counter,
     returned; locked: through add_shared (the shared counter); agent: sent
     to the aggregator through the casket's queue "hits", then an empty
     item to say this consumer is done."""
     q = c.queue("log")
-    mine: Counter = Counter()
+    mine: Counter[bytes] = Counter()
     hits: list[bytes] = []
     add: Callable[[bytes], None] = hits.append      # agent
     if strategy == "mapreduce":
@@ -643,11 +644,11 @@ def _consume(c: Any, strategy: str, block: int,
     return mine
 
 
-def _aggregate(c: Any, consumers: int, timeout: float) -> Counter:
+def _aggregate(c: Any, consumers: int, timeout: float) -> Counter[bytes]:
     """The agent strategy's aggregator: counts the hits arriving on queue
     "hits" until every consumer has said it is done."""
     agg = c.queue("hits")
-    total: Counter = Counter()
+    total: Counter[bytes] = Counter()
     done = 0
     deadline = time.monotonic() + timeout
     while done < consumers:
@@ -696,10 +697,10 @@ def _drain_child(path: str, aggregator: bool, strategy: str, block: int, consume
 
 
 def _drain_threads(c: Any, consumers: int, block: int, strategy: str,
-                   timeout: float) -> tuple[float, Counter]:
+                   timeout: float) -> tuple[float, Counter[bytes]]:
     """Consumer threads (and the agent's aggregator) on one casket handle;
     (seconds, counts)."""
-    total: Counter = Counter()
+    total: Counter[bytes] = Counter()
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -707,7 +708,7 @@ def _drain_threads(c: Any, consumers: int, block: int, strategy: str,
         with lock:
             total[t] += 1
 
-    def run(work: Callable[[], Counter]) -> None:
+    def run(work: Callable[[], Counter[bytes]]) -> None:
         try:
             counts = work()
             with lock:
@@ -733,7 +734,7 @@ def _drain_threads(c: Any, consumers: int, block: int, strategy: str,
 
 
 def _drain_processes(c: Any, consumers: int, block: int, strategy: str,
-                     timeout: float) -> tuple[float, Counter]:
+                     timeout: float) -> tuple[float, Counter[bytes]]:
     """Consumer processes (and the agent's aggregator), each opening the
     casket by path; (seconds from the common start to the last one's end,
     counts).  locked: the shared counter is records of the casket."""
@@ -741,7 +742,7 @@ def _drain_processes(c: Any, consumers: int, block: int, strategy: str,
     if strategy == "agent":
         args.append((c.path, True, strategy, block, consumers, timeout))
     runs = _in_processes(_drain_child, args, SPAWN_TIMEOUT + timeout)
-    total: Counter = Counter()
+    total: Counter[bytes] = Counter()
     for _, _, counts in runs:
         total.update(counts)
     if strategy == "locked":

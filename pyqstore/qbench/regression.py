@@ -129,8 +129,8 @@ class Fit:
         lines = [f"Call:\nlm(formula = {self.formula})", "", "Residuals:", *res, "",
                  "Coefficients:",
                  f"{'':<{w}}{'Estimate':>12}{'Std. Error':>12}{'t value':>9}{'Pr(>|t|)':>10}"]
-        for n, c, s, t, p in zip(self.names, self.coef, self.se, self.t, self.p):
-            lines.append(f"{n:<{w}}{c:>12.5g}{s:>12.5g}{t:>9.3f}{p:>10.4g} {stars(p)}")
+        for n, c, se, t, p in zip(self.names, self.coef, self.se, self.t, self.p):
+            lines.append(f"{n:<{w}}{c:>12.5g}{se:>12.5g}{t:>9.3f}{p:>10.4g} {stars(p)}")
         lines += ["---", "Signif. codes:  0 '***' 0.001 '**' 0.01 '*' 0.05 '.' 0.1 ' ' 1", "",
                   f"Residual standard error: {self.rse:.4g} on {self.df_resid} degrees of freedom",
                   f"Multiple R-squared: {self.r2:.4f}, Adjusted R-squared: {self.adj_r2:.4f}",

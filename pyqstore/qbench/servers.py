@@ -14,10 +14,11 @@ from typing import Optional
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        result: int = s.getsockname()[1]
+        return result
 
 
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -38,7 +39,7 @@ class Server:
     def __init__(self) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix=f"qbench-{self.exe}-")
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
 
     def args(self) -> list[str]:
         raise NotImplementedError
