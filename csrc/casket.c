@@ -92,6 +92,7 @@ const char *qs_strerror(int rc)
     case QS_CLOSED: return "casket is closed";
     case QS_FULL: return "casket is full (2^32 pages)";
     case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
+    case QS_INTR: return "interrupted by a signal while waiting (nothing was taken)";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     default:
         if (rc > 0)

@@ -65,7 +65,9 @@ enum {
     QS_RESFULL = -32016,    /* qs_queue_reserve: the casket's table of
                                reservations held at once (49,152, over all
                                handles and processes) is full */
-    QS_LAST_ERRCODE = -32016
+    QS_INTR = -32017,       /* qs_queue_get/reserve: a signal handler ran
+                               while waiting; nothing was taken */
+    QS_LAST_ERRCODE = -32017
 };
 
 enum {
@@ -386,7 +388,13 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * skipping reserved ones.  Waits up to timeout for at least one item when
  * the queue is empty (woken by a commit that adds to it, a release, or a
  * lease running out).  QS_NOTFOUND: still empty at the timeout (*out is
- * then NULL); QS_CLOSED when the casket is closed while waiting. */
+ * then NULL); QS_CLOSED when the casket is closed while waiting; QS_INTR
+ * when a signal handler (one installed without SA_RESTART, as Python's
+ * are) ran in this thread while it waited: nothing was taken, *out is
+ * NULL, and the caller may call again with the time that is left.  A
+ * signal that arrives in the instant between a look at the queue and the
+ * sleep is not seen until the next wake-up, as with any wait that cannot
+ * block signals atomically around its sleep. */
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
                  double timeout, qs_items **out);
 

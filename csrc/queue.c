@@ -21,6 +21,7 @@
  * guarded by the casket's operation mutex; the region's reservations
  * change only under the write lock. */
 #include "queue.h"
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1046,7 +1047,11 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
             if (now + DEAD_CHECK < until)
                 until = now + DEAD_CHECK;
         }
-        sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now);
+        /* A signal ends the wait with nothing taken: a handler the caller
+         * installed (Python's for Ctrl-C) must get to run, and the caller
+         * calls again with the time left if it wants to go on. */
+        if (sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR)
+            return QS_INTR;
         if (atomic_load(&c->closed))
             return QS_CLOSED;
     }

@@ -144,9 +144,11 @@ void sh_ckpt_end(sh_region *r);
 
 /* A waiter reads the word of its queue's bucket before looking for items,
  * then sleeps until it changes (or until timeout seconds, < 0: no limit).
- * sh_wake changes it and wakes the sleepers, in every process. */
+ * sh_wake changes it and wakes the sleepers, in every process.  sh_wait
+ * returns EINTR when a signal handler ran while it slept (it is not
+ * restarted: the caller's caller may have to act on the signal), else 0. */
 uint32_t sh_wait_word(const sh_region *r, uint64_t qhash);
-void sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
+int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
 void sh_wake(sh_region *r, uint64_t qhash);
 /* Wakes every sleeper (closing). */
 void sh_wake_all(sh_region *r);

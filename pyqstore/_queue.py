@@ -11,6 +11,7 @@ import marshal
 import pickle
 import struct
 import threading
+import time
 from array import array
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "Item", "Codec", "resolve_codec"]
 
 _NOTFOUND = lib.QS_NOTFOUND
+_INTR = lib.QS_INTR
+_monotonic = time.monotonic
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
@@ -217,6 +220,17 @@ def _split(items: Any) -> tuple[list[int], list[bytes]]:
     return ids, [data[a:b] for a, b in pairwise(offs)]
 
 
+def _time_left(timeout: float, began: float) -> float:
+    """What is left of a wait of timeout seconds (< 0: no limit) begun at
+    monotonic time began, for the call that goes on after a signal ended
+    it (QS_INTR).  Python runs the signal's handler as soon as the C call
+    returns; if the handler raised, nothing gets here, and nothing was
+    taken."""
+    if timeout < 0:
+        return timeout
+    return max(0.0, timeout - (_monotonic() - began))
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
@@ -355,7 +369,10 @@ class Queue:
     def _get(self, n: int, timeout: float, op: str) -> list[Any]:
         out = _new("qs_items **")
         k = self._key
+        began = _monotonic() if timeout > 0 else 0.0
         rc = _qs_get(self._c, k, self._klen, n, timeout, out)
+        while rc == _INTR:
+            rc = _qs_get(self._c, k, self._klen, n, _time_left(timeout, began), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -372,7 +389,10 @@ class Queue:
             out = _tls.items
         except AttributeError:
             out = _tls.items = _new("qs_items **")
+        began = _monotonic() if timeout > 0 else 0.0
         rc = _qs_get(self._c, self._key, self._klen, 1, timeout, out)
+        while rc == _INTR:
+            rc = _qs_get(self._c, self._key, self._klen, 1, _time_left(timeout, began), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -450,7 +470,10 @@ class Queue:
                 raise ValueError("lease must be a positive number of seconds or None")
         out = _new("qs_items **")
         k = self._key
+        began = _monotonic() if t > 0 else 0.0
         rc = lib.qs_queue_reserve(self._c, k, self._klen, t, lease_s, out)
+        while rc == _INTR:
+            rc = lib.qs_queue_reserve(self._c, k, self._klen, _time_left(t, began), lease_s, out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")

@@ -28,6 +28,7 @@ __all__ = [
     "FullError",
     "NotReservedError",
     "Empty",
+    "Interrupted",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",
@@ -111,6 +112,13 @@ class Empty(Error, _queue.Empty):
     :class:`queue.Empty`, so code written for :mod:`queue` catches it)."""
 
 
+class Interrupted(Error, builtins.InterruptedError):
+    """A wait was ended by a signal with nothing taken.  Queue methods do
+    not raise it: they let the signal's handler run (and raise, as
+    KeyboardInterrupt for Ctrl-C) and otherwise wait on.  Also an
+    InterruptedError."""
+
+
 class FileNotFound(Error, builtins.FileNotFoundError):
     """ENOENT: the casket file does not exist.  Also a FileNotFoundError."""
 
@@ -150,6 +158,7 @@ def _codes() -> dict[str, int]:
         "QS_NOTRESERVED": lib.QS_NOTRESERVED,
         "QS_FORKED": lib.QS_FORKED,
         "QS_RESFULL": lib.QS_RESFULL,
+        "QS_INTR": lib.QS_INTR,
     }
 
 
@@ -172,6 +181,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_NOTRESERVED": (NotReservedError, None),
     "QS_FORKED": (ForkedError, None),
     "QS_RESFULL": (FullError, None),
+    "QS_INTR": (Interrupted, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.
