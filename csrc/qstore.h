@@ -391,12 +391,18 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * then NULL); QS_CLOSED when the casket is closed while waiting; QS_INTR
  * when a signal handler (one installed without SA_RESTART, as Python's
  * are) ran in this thread while it waited: nothing was taken, *out is
- * NULL, and the caller may call again with the time that is left.  A
+ * NULL, and the caller may call again with the time that is left
+ * (qs_queue_wait_left).  A
  * signal that arrives in the instant between a look at the queue and the
  * sleep is not seen until the next wake-up, as with any wait that cannot
  * block signals atomically around its sleep. */
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
                  double timeout, qs_items **out);
+
+/* After qs_queue_get or qs_queue_reserve returned QS_INTR in this thread:
+ * the seconds that were left of its timeout (>= 0), or -1 when it had
+ * none; to pass to the call that goes on waiting.  Per thread, like errno. */
+double qs_queue_wait_left(void);
 
 /* Returns copies of up to max items from the front without removing them
  * (reserved ones skipped), in the caller's view.  QS_NOTFOUND when the queue

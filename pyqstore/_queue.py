@@ -11,7 +11,6 @@ import marshal
 import pickle
 import struct
 import threading
-import time
 from array import array
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Protocol, Union
@@ -26,7 +25,7 @@ __all__ = ["Queue", "Item", "Codec", "resolve_codec"]
 
 _NOTFOUND = lib.QS_NOTFOUND
 _INTR = lib.QS_INTR
-_monotonic = time.monotonic
+_wait_left = lib.qs_queue_wait_left
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
@@ -220,17 +219,6 @@ def _split(items: Any) -> tuple[list[int], list[bytes]]:
     return ids, [data[a:b] for a, b in pairwise(offs)]
 
 
-def _time_left(timeout: float, began: float) -> float:
-    """What is left of a wait of timeout seconds (< 0: no limit) begun at
-    monotonic time began, for the call that goes on after a signal ended
-    it (QS_INTR).  Python runs the signal's handler as soon as the C call
-    returns; if the handler raised, nothing gets here, and nothing was
-    taken."""
-    if timeout < 0:
-        return timeout
-    return max(0.0, timeout - (_monotonic() - began))
-
-
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
@@ -369,10 +357,9 @@ class Queue:
     def _get(self, n: int, timeout: float, op: str) -> list[Any]:
         out = _new("qs_items **")
         k = self._key
-        began = _monotonic() if timeout > 0 else 0.0
         rc = _qs_get(self._c, k, self._klen, n, timeout, out)
-        while rc == _INTR:
-            rc = _qs_get(self._c, k, self._klen, n, _time_left(timeout, began), out)
+        while rc == _INTR:  # the signal's handler ran as the call returned
+            rc = _qs_get(self._c, k, self._klen, n, _wait_left(), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -389,14 +376,17 @@ class Queue:
             out = _tls.items
         except AttributeError:
             out = _tls.items = _new("qs_items **")
-        began = _monotonic() if timeout > 0 else 0.0
         rc = _qs_get(self._c, self._key, self._klen, 1, timeout, out)
-        while rc == _INTR:
-            rc = _qs_get(self._c, self._key, self._klen, 1, _time_left(timeout, began), out)
         if rc:
+            # A signal ended the wait (QS_INTR) with nothing taken; Python
+            # ran its handler as the call returned, and if that did not
+            # raise, the wait goes on for the time it had left.
+            while rc == _INTR:
+                rc = _qs_get(self._c, self._key, self._klen, 1, _wait_left(), out)
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
-            self._raise(rc, "get")
+            if rc:
+                self._raise(rc, "get")
         it = out[0]
         try:
             payload = _buffer(it.data, it.off[1])[:]
@@ -470,10 +460,9 @@ class Queue:
                 raise ValueError("lease must be a positive number of seconds or None")
         out = _new("qs_items **")
         k = self._key
-        began = _monotonic() if t > 0 else 0.0
         rc = lib.qs_queue_reserve(self._c, k, self._klen, t, lease_s, out)
-        while rc == _INTR:
-            rc = lib.qs_queue_reserve(self._c, k, self._klen, _time_left(t, began), lease_s, out)
+        while rc == _INTR:  # the signal's handler ran as the call returned
+            rc = lib.qs_queue_reserve(self._c, k, self._klen, _wait_left(), lease_s, out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
