@@ -430,6 +430,13 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
     }
 }
 
+uint32_t sh_wlock_holder(const sh_region *r)
+{
+    uint64_t owner = atomic_load(&r->hdr->wowner);
+    uint32_t slot = (uint32_t)(owner & 0xffffffffu) - 1;
+    return owner && slot < SH_SLOTS ? atomic_load(&r->slots[slot].pid) : 0;
+}
+
 /* Every waiter is woken: the one the kernel would pick is often not the
  * next to run on a busy machine, and a waiter that loses the race sleeps
  * again (measured: 4+4 processes moved ~10-30% more items than waking one). */

@@ -119,6 +119,9 @@ uint64_t sh_commit_seq(const sh_region *r);
  * QS_LOCKED. */
 int sh_wlock(sh_region *r, double timeout, int *holder_died);
 void sh_wunlock(sh_region *r);
+/* The pid of the process holding the write lock now, 0 when it is free
+ * (for messages: it may have changed by the time it is read). */
+uint32_t sh_wlock_holder(const sh_region *r);
 
 /* Transaction numbers are drawn from one counter for all handles, so a
  * writer that died mid-transaction never shares a number with the next

@@ -53,7 +53,10 @@ class CorruptError(Error):
 
 
 class LockedError(Error):
-    """Another process holds the casket's lock (after ``lock_timeout``)."""
+    """Another process, or another thread's transaction, held the casket's
+    write lock for longer than ``lock_timeout``.  The message names the
+    holder: the thread (name, ``threading.get_ident()`` and native id) or
+    the process id."""
 
 
 class ReadOnlyError(Error):
@@ -209,6 +212,24 @@ def _strerror(rc: int) -> str:
     return ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
 
 
+def _lock_holder() -> str:
+    """Who held the lock at this thread's last QS_LOCKED (qs_locked_by)."""
+    import threading
+
+    from ._qstore import ffi, lib
+
+    h = ffi.new("qs_lock_holder *")
+    lib.qs_locked_by(h)
+    if h.tid:
+        names = [t.name for t in threading.enumerate() if t.native_id == h.tid]
+        name = f" {names[0]!r}" if names else ""
+        return (f" (held by the transaction of thread{name} of this process:"
+                f" ident {h.thread}, native id {h.tid})")
+    if h.pid and h.pid != os.getpid():
+        return f" (held by process {h.pid})"
+    return ""
+
+
 def _describe_path(path: Union[str, bytes, None]) -> str:
     if path is None:
         return ""
@@ -237,6 +258,8 @@ def error_for(
         return exc
     cls, override = _table().get(rc, (Error, None))
     msg = detail or override or _strerror(rc)
+    if cls is LockedError and not detail:
+        msg += _lock_holder()
     exc = cls(f"{op}{_describe_path(path)}: {msg}")
     exc.code = rc
     return exc
