@@ -14,6 +14,7 @@
 
 #include "test_common.h"
 #include "pagefmt.h"
+#include "casket.h"     /* transaction owners: a reused thread id is faked */
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
@@ -2181,7 +2182,7 @@ static void threads_txn_invariant(void)
 typedef struct {
     qs_casket *c;
     atomic_int phase;     /* set by the test thread: 1 = end the transaction */
-    int begin_rc, put_rc;
+    int begin_rc, put_rc, abort_rc;
     int tid;
     pthread_t self;
     atomic_int ready;
@@ -2202,7 +2203,7 @@ static void *own_main(void *p)
         return NULL;
     while (a->phase < 1)
         msleep(5);
-    qs_abort(a->c);
+    a->abort_rc = qs_abort(a->c);
     return NULL;
 }
 
@@ -2243,6 +2244,7 @@ static void thread_txn_owner(void)
     CHECK(!qs_in_transaction(c));
     a.phase = 1;
     pthread_join(th, NULL);
+    CHECK_RC(a.abort_rc, 0);
     CHECK_RC(put_str(c, "k", "v"), 0);
 
     /* an owner that ended with its transaction open: the next writer of
@@ -2267,6 +2269,25 @@ static void thread_txn_owner(void)
     CHECK_RC(put_str(c, "k3", "v3"), 0);
     CHECK_RC(qs_commit(c), 0);
     CHECK(records_of(c) == 3);
+
+    /* a live thread under the owner's id but with another start time is
+     * another thread (ids are reused): the owner counts as ended */
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    REQUIRE(pthread_create(&th, NULL, own_main, &a) == 0);
+    while (!a.ready)
+        msleep(1);
+    CHECK_RC(a.begin_rc, 0);
+    CHECK(c->txn_tid == a.tid);
+    CHECK(c->txn_tid_start != 0);       /* read from /proc */
+    CHECK_RC(put_str(c, "k4", "v4"), QS_LOCKED);    /* the owner lives */
+    c->txn_tid_start++;
+    CHECK_RC(put_str(c, "k4", "v4"), 0);
+    CHECK_RC(get_rc(c, "ghost"), QS_NOTFOUND);
+    a.phase = 1;
+    pthread_join(th, NULL);
+    CHECK_RC(a.abort_rc, QS_TXN);   /* it has no transaction any more */
+    CHECK(records_of(c) == 4);
     CHECK_RC(check_ok(c), 0);
     CHECK_RC(qs_close(c), 0);
     tc_tmp_remove(&t);
