@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,6 +75,69 @@ static int i_own(qs_casket *c)
     return atomic_load_explicit(&c->owner, memory_order_relaxed) == my_tid();
 }
 
+/* ---- threads as the kernel knows them (transaction owners) ------------------ */
+
+/* Start time (clock ticks since boot) of thread tid of this process, from
+ * /proc; 0 when it cannot be read (no such thread, no /proc). */
+static uint64_t thread_start(int tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    /* Field 22; the command name (field 2) may hold spaces and parentheses,
+     * so count from the last ')'. */
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static _Thread_local struct {
+    unsigned fork_gen;      /* the ids below are this process's */
+    int tid;                /* 0: not yet looked up */
+    uint64_t start;
+} me_kernel;
+
+/* The calling thread's kernel id and start time, looked up once per thread
+ * (and again in a forked child, where the thread is another one). */
+static void my_kernel_thread(int *tid, uint64_t *start)
+{
+    unsigned gen = atomic_load_explicit(&fork_generation, memory_order_relaxed);
+    if (!me_kernel.tid || me_kernel.fork_gen != gen) {
+        me_kernel.tid = (int)syscall(SYS_gettid);
+        me_kernel.start = thread_start(me_kernel.tid);
+        me_kernel.fork_gen = gen;
+    }
+    *tid = me_kernel.tid;
+    *start = me_kernel.start;
+}
+
+/* Whether thread tid (started at start, 0 unknown) of this process has
+ * ended.  A thread id is given to a new thread once the old one is gone,
+ * so the start time tells the two apart. */
+static int thread_ended(int tid, uint64_t start)
+{
+    if (syscall(SYS_tgkill, getpid(), tid, 0) != 0)
+        return errno == ESRCH;
+    return start && thread_start(tid) != start;
+}
+
+/* Who held the write lock at the calling thread's last QS_LOCKED. */
+static _Thread_local qs_lock_holder locked_by;
+
+void qs_locked_by(qs_lock_holder *out)
+{
+    if (out)
+        *out = locked_by;
+}
+
 const char *qs_strerror(int rc)
 {
     switch (rc) {
@@ -83,7 +147,7 @@ const char *qs_strerror(int rc)
     case QS_CORRUPT: return "casket is corrupt (a page failed its checksum or structure check)";
     case QS_NOTCASKET: return "not a pyqstore casket (bad magic number)";
     case QS_VERSION: return "unsupported casket format version";
-    case QS_LOCKED: return "casket is locked by another process";
+    case QS_LOCKED: return "casket is locked by another thread or process (lock_timeout passed)";
     case QS_FORKED:
         return "casket handle inherited across fork(); open the casket again in the child";
     case QS_READONLY: return "casket is open read-only";
@@ -96,6 +160,7 @@ const char *qs_strerror(int rc)
     case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
     case QS_SNAPSHOT_OLD:
         return "snapshot too old: the log outgrew its limit and was checkpointed under it";
+    case QS_INTR: return "interrupted by a signal while waiting (nothing was taken)";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     default:
         if (rc > 0)
@@ -230,25 +295,87 @@ static int process_lock(qs_casket *c, double timeout)
 
 static void writer_release(qs_casket *c);
 
-static int writer_enter_opt(qs_casket *c, int wait, double process_timeout);
+static int writer_enter_opt(qs_casket *c, int wait, double timeout);
 
 static int writer_enter(qs_casket *c)
 {
     return writer_enter_opt(c, 1, c->lock_timeout);
 }
 
-/* wait 0: QS_LOCKED at once if another thread or process writes.  Another
- * thread of this process is waited for without a limit; another process
- * for process_timeout seconds. */
-static int writer_enter_opt(qs_casket *c, int wait, double process_timeout)
+static void abort_locked(qs_casket *c);
+static void writer_leave(qs_casket *c);
+
+/* How often a writer waiting for another thread's transaction looks
+ * whether that thread still exists (a thread's end wakes nobody). */
+#define OWNER_POLL_NS 20000000L
+
+/* The transaction of a thread that ended without committing or aborting
+ * it: the writer that finds it aborts it and lets go of the write lock
+ * (both locks: the process lock is our slot's, whichever thread took it).
+ * wmu is held on entry and on return, released in between; owning the
+ * lock meanwhile as a single call keeps other waiters from doing the same. */
+static void abandon_orphan(qs_casket *c)
 {
+    atomic_store(&c->owner, my_tid());
+    c->explicit_txn = 0;
+    pthread_mutex_unlock(&c->wmu);
+    abort_locked(c);
+    writer_leave(c);
     pthread_mutex_lock(&c->wmu);
-    if (!wait && c->wbusy) {
-        pthread_mutex_unlock(&c->wmu);
-        return QS_LOCKED;
+}
+
+/* QS_LOCKED for the thread that owns the transaction (wmu held). */
+static int locked_by_thread(qs_casket *c)
+{
+    locked_by = (qs_lock_holder){(uint64_t)getpid(), (uint64_t)c->txn_tid, c->txn_thread};
+    return QS_LOCKED;
+}
+
+/* Takes the in-process write lock, then the process lock.  Another
+ * thread's transaction is waited for up to timeout seconds (wait 0: not
+ * at all), then QS_LOCKED; one whose thread has ended is abandoned (see
+ * abandon_orphan).  Another thread's single call is always waited for: it
+ * ends by itself, within the call.  Another process is waited for what is
+ * left of timeout. */
+static int writer_enter_opt(qs_casket *c, int wait, double timeout)
+{
+    double deadline = -1.0;     /* read the clock only if we must wait */
+    pthread_mutex_lock(&c->wmu);
+    while (c->wbusy && !atomic_load(&c->closed)) {
+        if (c->explicit_txn && thread_ended(c->txn_tid, c->txn_tid_start)) {
+            abandon_orphan(c);
+            continue;
+        }
+        if (!wait) {
+            if (c->explicit_txn)
+                locked_by_thread(c);
+            else
+                locked_by = (qs_lock_holder){(uint64_t)getpid(), 0, 0};
+            pthread_mutex_unlock(&c->wmu);
+            return QS_LOCKED;
+        }
+        double now = cs_now();
+        if (deadline < 0)
+            deadline = now + timeout;
+        if (c->explicit_txn && now >= deadline) {
+            int rc = locked_by_thread(c);
+            pthread_mutex_unlock(&c->wmu);
+            return rc;
+        }
+        /* A slice, on the real-time clock the condition uses: the deadline
+         * itself is kept on the monotonic one. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ns = OWNER_POLL_NS;
+        if (c->explicit_txn && (deadline - now) * 1e9 < ns)
+            ns = (long)((deadline - now) * 1e9) + 1;
+        ts.tv_nsec += ns;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&c->wcond, &c->wmu, &ts);
     }
-    while (c->wbusy && !atomic_load(&c->closed))
-        pthread_cond_wait(&c->wcond, &c->wmu);
     if (c->wbusy) {
         pthread_mutex_unlock(&c->wmu);
         return QS_CLOSED;
@@ -257,8 +384,11 @@ static int writer_enter_opt(qs_casket *c, int wait, double process_timeout)
     atomic_store(&c->owner, my_tid());
     pthread_mutex_unlock(&c->wmu);
     if (c->shared) {
-        int rc = process_lock(c, wait ? process_timeout : 0);
+        double left = !wait ? 0 : deadline < 0 ? timeout : deadline - cs_now();
+        int rc = process_lock(c, left > 0 ? left : 0);
         if (rc) {
+            if (rc == QS_LOCKED)
+                locked_by = (qs_lock_holder){sh_wlock_holder(&c->sh), 0, 0};
             writer_release(c);
             return rc;
         }
@@ -476,7 +606,15 @@ static int do_begin(qs_casket *c)
     pthread_mutex_lock(&c->mu);
     pg_begin(&c->pg);
     pthread_mutex_unlock(&c->mu);
+    int tid;
+    uint64_t start;
+    my_kernel_thread(&tid, &start);
+    pthread_mutex_lock(&c->wmu);
     c->explicit_txn = 1;
+    c->txn_tid = tid;
+    c->txn_tid_start = start;
+    c->txn_thread = (uint64_t)pthread_self();
+    pthread_mutex_unlock(&c->wmu);
     return 0;
 }
 
@@ -841,6 +979,7 @@ const char *qs_open_detail(void)
 int qs_open(const char *path, const qs_options *opts, qs_casket **out)
 {
     open_detail[0] = 0;
+    locked_by = (qs_lock_holder){0, 0, 0};  /* an open's QS_LOCKED names nobody */
     return open_casket(path, opts, 1, out);
 }
 

@@ -25,7 +25,12 @@ struct qs_casket {
     pthread_cond_t wcond;
     int wbusy;
     atomic_uint_fast64_t owner; /* ... and the thread id holding it */
-    int explicit_txn;
+    int explicit_txn;           /* set and cleared holding wmu */
+    /* The thread owning the explicit transaction, as the kernel knows it,
+     * so a writer waiting for it can tell when it has ended (wmu) */
+    int txn_tid;                /* kernel thread id */
+    uint64_t txn_tid_start;     /* its start time, 0 unknown: ids are reused */
+    uint64_t txn_thread;        /* pthread_self(), for messages */
     int txn_error;              /* a failure that spoiled the transaction */
     pthread_mutex_t smu;        /* group commit */
     pthread_cond_t scond;

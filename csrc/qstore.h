@@ -20,10 +20,15 @@
  *
  * Threads.  One qs_casket may be used from many threads at once.  A write
  * transaction belongs to the thread that began it; other threads calling a
- * writing function wait until it ends (they do not time out), while their
- * reads proceed against the last committed state and never wait for the
- * transaction as a whole.  Outside an explicit transaction every writing
- * call is its own transaction.
+ * writing function wait until it ends, for up to the casket's lock_timeout
+ * (then QS_LOCKED, and qs_locked_by names the owner), while their reads
+ * proceed against the last committed state and never wait for the
+ * transaction as a whole.  A thread that ends with its transaction open
+ * leaves it to be aborted by the next writer of another thread (found
+ * within about 20 ms of waiting; Linux: by the kernel's thread id and the
+ * thread's start time).  Another thread's single writing call is always
+ * waited for.  Outside an explicit transaction every writing call is its
+ * own transaction.
  *
  * This header is read by the cffi build (pyqstore/_build.py): lines starting
  * with '#' are dropped there, so everything the binding needs is plain C
@@ -47,7 +52,9 @@ enum {
     QS_CORRUPT = -32003,    /* a page failed its checksum or structure check */
     QS_NOTCASKET = -32004,  /* the file is not a casket (bad magic) */
     QS_VERSION = -32005,    /* a casket of a format version we cannot read */
-    QS_LOCKED = -32006,     /* another process holds the casket's lock */
+    QS_LOCKED = -32006,     /* another process, or another thread's
+                               transaction, holds the casket's write lock
+                               (past lock_timeout); see qs_locked_by */
     QS_READONLY = -32007,   /* a write on a casket opened read-only */
     QS_TXN = -32008,        /* transaction misuse: nested begin, commit or
                                abort with no transaction of this thread */
@@ -68,7 +75,9 @@ enum {
     QS_SNAPSHOT_OLD = -32017, /* a snapshot's log limit was reached and a
                                checkpoint took the pages it read: the
                                snapshot only closes now */
-    QS_LAST_ERRCODE = -32017
+    QS_INTR = -32018,       /* qs_queue_get/reserve: a signal handler ran
+                               while waiting; nothing was taken */
+    QS_LAST_ERRCODE = -32018
 };
 
 enum {
@@ -93,8 +102,9 @@ typedef struct qs_cursor qs_cursor;
 typedef struct qs_options {
     int mode;               /* one of QS_OPEN_* */
     int sync;               /* nonzero: commit returns only once durable */
-    double lock_timeout;    /* seconds to wait for another process's lock;
-                               0 fails at once with QS_LOCKED */
+    double lock_timeout;    /* seconds to wait for the write lock held by
+                               another process or by another thread's
+                               transaction; 0 fails at once with QS_LOCKED */
     uint64_t cache_bytes;   /* page memory budget (committed cache plus a
                                transaction's dirty pages); 0 = default
                                (256 MiB).  A larger transaction spills. */
@@ -161,9 +171,24 @@ int qs_close(qs_casket *c);
 void qs_set_sync(qs_casket *c, int on);
 
 /* Begins a write transaction owned by the calling thread, waiting while
- * another thread of this process owns one.  Fails with QS_TXN if this
- * thread already has one, QS_READONLY, QS_CLOSED. */
+ * another thread of this process owns one (up to lock_timeout, as every
+ * writer; a transaction whose thread has ended is aborted instead).  Fails
+ * with QS_TXN if this thread already has one, QS_LOCKED, QS_READONLY,
+ * QS_CLOSED. */
 int qs_begin(qs_casket *c);
+
+/* Who held the write lock when the calling thread's last call failed with
+ * QS_LOCKED (like errno, per thread; qs_open resets it).  pid: the holding
+ * process, 0 unknown; tid and thread: when the holder was another thread's
+ * transaction in this process, that thread's kernel id (Python's
+ * threading.get_native_id()) and pthread_t (threading.get_ident()), else
+ * 0.  For messages: the holder may have let go since. */
+typedef struct qs_lock_holder {
+    uint64_t pid;
+    uint64_t tid;
+    uint64_t thread;
+} qs_lock_holder;
+void qs_locked_by(qs_lock_holder *out);
 
 /* Commits this thread's transaction.  With sync on, returns once the
  * transaction is durable (one log fdatasync, shared with concurrent
@@ -446,9 +471,21 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * skipping reserved ones.  Waits up to timeout for at least one item when
  * the queue is empty (woken by a commit that adds to it, a release, or a
  * lease running out).  QS_NOTFOUND: still empty at the timeout (*out is
- * then NULL); QS_CLOSED when the casket is closed while waiting. */
+ * then NULL); QS_CLOSED when the casket is closed while waiting; QS_INTR
+ * when a signal handler (one installed without SA_RESTART, as Python's
+ * are) ran in this thread while it waited: nothing was taken, *out is
+ * NULL, and the caller may call again with the time that is left
+ * (qs_queue_wait_left).  A
+ * signal that arrives in the instant between a look at the queue and the
+ * sleep is not seen until the next wake-up, as with any wait that cannot
+ * block signals atomically around its sleep. */
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
                  double timeout, qs_items **out);
+
+/* After qs_queue_get or qs_queue_reserve returned QS_INTR in this thread:
+ * the seconds that were left of its timeout (>= 0), or -1 when it had
+ * none; to pass to the call that goes on waiting.  Per thread, like errno. */
+double qs_queue_wait_left(void);
 
 /* Returns copies of up to max items from the front without removing them
  * (reserved ones skipped), in the caller's view.  QS_NOTFOUND when the queue

@@ -21,6 +21,7 @@
  * guarded by the casket's operation mutex; the region's reservations
  * change only under the write lock. */
 #include "queue.h"
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1037,6 +1038,12 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     return rc;
 }
 
+/* What was left of the timeout of this thread's last wait that a signal
+ * ended (qs_queue_wait_left). */
+static _Thread_local double wait_left;
+
+double qs_queue_wait_left(void) { return wait_left; }
+
 /* Runs a take, waiting for items as the header describes: asleep on the
  * queue's wake-up word in the shared region, which any process's commit
  * of items (or release, abort, lease end) changes. */
@@ -1063,7 +1070,14 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
             if (now + DEAD_CHECK < until)
                 until = now + DEAD_CHECK;
         }
-        sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now);
+        /* A signal ends the wait with nothing taken: a handler the caller
+         * installed (Python's for Ctrl-C) must get to run, and the caller
+         * calls again with the time left if it wants to go on. */
+        if (sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR) {
+            double left = deadline - cs_now();
+            wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
+            return QS_INTR;
+        }
         if (atomic_load(&c->closed))
             return QS_CLOSED;
     }

@@ -66,7 +66,10 @@ static void nap_ns(long ns)
 
 /* ---- futexes on the shared mapping (not FUTEX_PRIVATE: other processes) ---- */
 
-static void fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
+/* Returns EINTR when a signal handler ran during the wait (handlers
+ * installed without SA_RESTART, as Python installs its own), else 0: woken,
+ * timed out, or the word had already changed. */
+static int fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
 {
     struct timespec ts, *tp = NULL;
     if (timeout >= 0) {
@@ -76,7 +79,9 @@ static void fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
         ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
         tp = &ts;
     }
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0);
+    if (syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0) != 0 && errno == EINTR)
+        return EINTR;
+    return 0;
 }
 
 static void fwake(_Atomic uint32_t *w, int n)
@@ -428,6 +433,13 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
     }
 }
 
+uint32_t sh_wlock_holder(const sh_region *r)
+{
+    uint64_t owner = atomic_load(&r->hdr->wowner);
+    uint32_t slot = (uint32_t)(owner & 0xffffffffu) - 1;
+    return owner && slot < SH_SLOTS ? atomic_load(&r->slots[slot].pid) : 0;
+}
+
 /* Every waiter is woken: the one the kernel would pick is often not the
  * next to run on a busy machine, and a waiter that loses the race sleeps
  * again (measured: 4+4 processes moved ~10-30% more items than waking one). */
@@ -577,12 +589,13 @@ uint32_t sh_wait_word(const sh_region *r, uint64_t qhash)
     return atomic_load(&r->hdr->bucket[qhash % SH_BUCKETS]);
 }
 
-void sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
+int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
 {
     size_t b = qhash % SH_BUCKETS;
     atomic_fetch_add(&r->hdr->bwaiters[b], 1);
-    fwait(&r->hdr->bucket[b], word, timeout);
+    int rc = fwait(&r->hdr->bucket[b], word, timeout);
     atomic_fetch_sub(&r->hdr->bwaiters[b], 1);
+    return rc;
 }
 
 void sh_wake(sh_region *r, uint64_t qhash)

@@ -125,6 +125,9 @@ uint64_t sh_commit_seq(const sh_region *r);
  * QS_LOCKED. */
 int sh_wlock(sh_region *r, double timeout, int *holder_died);
 void sh_wunlock(sh_region *r);
+/* The pid of the process holding the write lock now, 0 when it is free
+ * (for messages: it may have changed by the time it is read). */
+uint32_t sh_wlock_holder(const sh_region *r);
 
 /* Transaction numbers are drawn from one counter for all handles, so a
  * writer that died mid-transaction never shares a number with the next
@@ -170,9 +173,11 @@ uint32_t sh_pins_revoke(sh_region *r);
 
 /* A waiter reads the word of its queue's bucket before looking for items,
  * then sleeps until it changes (or until timeout seconds, < 0: no limit).
- * sh_wake changes it and wakes the sleepers, in every process. */
+ * sh_wake changes it and wakes the sleepers, in every process.  sh_wait
+ * returns EINTR when a signal handler ran while it slept (it is not
+ * restarted: the caller's caller may have to act on the signal), else 0. */
 uint32_t sh_wait_word(const sh_region *r, uint64_t qhash);
-void sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
+int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
 void sh_wake(sh_region *r, uint64_t qhash);
 /* Wakes every sleeper (closing). */
 void sh_wake_all(sh_region *r);

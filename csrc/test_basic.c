@@ -9,10 +9,12 @@
 #include <stdatomic.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "test_common.h"
 #include "pagefmt.h"
+#include "casket.h"     /* transaction owners: a reused thread id is faked */
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
@@ -2179,6 +2181,123 @@ static void threads_txn_invariant(void)
 
 
 /* ------------------------------------------------------------------ */
+/* transaction owners: lock_timeout between threads, ended owners      */
+
+typedef struct {
+    qs_casket *c;
+    atomic_int phase;     /* set by the test thread: 1 = end the transaction */
+    int begin_rc, put_rc, abort_rc;
+    int tid;
+    pthread_t self;
+    atomic_int ready;
+} own_arg;
+
+/* begins, writes, and either waits for phase 1 and aborts (phase 0 at the
+ * start) or just ends with the transaction open (phase -1) */
+static void *own_main(void *p)
+{
+    own_arg *a = p;
+    a->tid = (int)syscall(SYS_gettid);
+    a->self = pthread_self();
+    a->begin_rc = qs_begin(a->c);
+    a->put_rc = put_str(a->c, "ghost", "x");
+    int leave_open = a->phase < 0;
+    a->ready = 1;
+    if (leave_open)
+        return NULL;
+    while (a->phase < 1)
+        msleep(5);
+    a->abort_rc = qs_abort(a->c);
+    return NULL;
+}
+
+static void thread_txn_owner(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    qs_options o;
+    qs_options_init(&o);
+    o.mode = QS_OPEN_NEW;
+    o.sync = 0;
+    o.lock_timeout = 0.2;
+    qs_casket *c = NULL;
+    REQUIRE_RC(qs_open(t.path, &o, &c), 0);
+
+    /* a live owner: other threads wait lock_timeout, then QS_LOCKED naming it */
+    own_arg a;
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, own_main, &a) == 0);
+    while (!a.ready)
+        msleep(1);
+    CHECK_RC(a.begin_rc, 0);
+    CHECK_RC(a.put_rc, 0);
+    double t0 = tc_now();
+    int rc = put_str(c, "k", "v");
+    double dt = tc_now() - t0;
+    printf("  put while another thread's transaction is open: rc %d after %.3fs\n", rc, dt);
+    CHECK_RC(rc, QS_LOCKED);
+    CHECK(dt >= 0.15 && dt < 3.0);
+    qs_lock_holder h;
+    qs_locked_by(&h);
+    CHECK(h.pid == (uint64_t)getpid());
+    CHECK(h.tid == (uint64_t)a.tid);
+    CHECK(h.thread == (uint64_t)a.self);
+    CHECK_RC(qs_begin(c), QS_LOCKED);
+    CHECK(!qs_in_transaction(c));
+    a.phase = 1;
+    pthread_join(th, NULL);
+    CHECK_RC(a.abort_rc, 0);
+    CHECK_RC(put_str(c, "k", "v"), 0);
+
+    /* an owner that ended with its transaction open: the next writer of
+     * another thread aborts it and goes on */
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    a.phase = -1;
+    REQUIRE(pthread_create(&th, NULL, own_main, &a) == 0);
+    pthread_join(th, NULL);
+    CHECK_RC(a.begin_rc, 0);
+    CHECK_RC(a.put_rc, 0);
+    t0 = tc_now();
+    CHECK_RC(put_str(c, "k2", "v2"), 0);
+    CHECK(tc_now() - t0 < 0.15);
+    CHECK_RC(get_rc(c, "ghost"), QS_NOTFOUND);
+    CHECK(get_is(c, "k2", "v2"));
+    qs_stat st;
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.in_transaction == 0);
+    /* and transactions work as before */
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(put_str(c, "k3", "v3"), 0);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(records_of(c) == 3);
+
+    /* a live thread under the owner's id but with another start time is
+     * another thread (ids are reused): the owner counts as ended */
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    REQUIRE(pthread_create(&th, NULL, own_main, &a) == 0);
+    while (!a.ready)
+        msleep(1);
+    CHECK_RC(a.begin_rc, 0);
+    CHECK(c->txn_tid == a.tid);
+    CHECK(c->txn_tid_start != 0);       /* read from /proc */
+    CHECK_RC(put_str(c, "k4", "v4"), QS_LOCKED);    /* the owner lives */
+    c->txn_tid_start++;
+    CHECK_RC(put_str(c, "k4", "v4"), 0);
+    CHECK_RC(get_rc(c, "ghost"), QS_NOTFOUND);
+    a.phase = 1;
+    pthread_join(th, NULL);
+    CHECK_RC(a.abort_rc, QS_TXN);   /* it has no transaction any more */
+    CHECK(records_of(c) == 4);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+/* ------------------------------------------------------------------ */
 /* qs_shutdown                                                         */
 
 typedef struct {
@@ -2683,6 +2802,7 @@ int main(void)
     RUN(threads_grouped_results);
     RUN(threads_txn_invariant);
     RUN(space_reuse);
+    RUN(thread_txn_owner);
     RUN(shutdown_semantics);
     RUN(shutdown_concurrent);
     return tc_summary();

@@ -28,6 +28,7 @@ from .errors import (
     FullError,
     ForkedError,
     InvalidArgumentError,
+    Interrupted,
     IOError,  # noqa: F401 - public, but kept out of __all__
     KeyExistsError,
     LockedError,
@@ -64,6 +65,7 @@ __all__ = [
     "KeyExistsError",
     "TooBigError",
     "InvalidArgumentError",
+    "Interrupted",
     "NoMemoryError",
     "FullError",
     "ForkedError",

@@ -177,10 +177,12 @@ class Casket:
     key before a longer one it prefixes.
 
     A Casket may be used by many threads at once.  A transaction belongs to
-    the thread that began it; other threads' writes wait for it to end, and
-    their reads see the last committed state.  :meth:`close` waits for calls
-    in progress in other threads to return; calls begun after close()
-    started raise :class:`ClosedError`.
+    the thread that began it; other threads' writes wait for it to end (up
+    to ``lock_timeout``, then :class:`LockedError` naming its thread), and
+    their reads see the last committed state.  A transaction whose thread
+    ended without commit or abort is aborted by the next write of another
+    thread.  :meth:`close` waits for calls in progress in other threads to
+    return; calls begun after close() started raise :class:`ClosedError`.
 
     Attributes:
         path: the path the casket was opened with (its log is
@@ -640,9 +642,9 @@ class Casket:
     # ----------------------------------------------------------- transactions
 
     def begin(self) -> None:
-        """Begin a write transaction owned by the calling thread (waiting
-        while another thread owns one).  TransactionError when this thread
-        already has one."""
+        """Begin a write transaction owned by the calling thread (waiting up
+        to ``lock_timeout`` while another thread owns one, then LockedError).
+        TransactionError when this thread already has one."""
         self._call("begin", lib.qs_begin)
 
     def commit(self) -> None:
@@ -858,8 +860,9 @@ def open(
             existing file, ``"c"`` create if missing, ``"n"`` always new and
             empty.
         sync: when true, a commit returns only once it is durable.
-        lock_timeout: seconds to wait for another process's lock before
-            :class:`LockedError` (0 fails at once).
+        lock_timeout: seconds to wait for another process's lock, or for
+            another thread's transaction, before :class:`LockedError`
+            (0 fails at once).
         cache_size: page memory budget in bytes (None: the default,
             256 MiB); a bigger transaction spills dirty pages to the file.
         checkpoint_size: log size in bytes that triggers a checkpoint

@@ -36,6 +36,8 @@ CodecName = Literal["pickle", "json", "msgpack"]
 back is whatever the codec makes of the bytes."""
 
 _NOTFOUND = lib.QS_NOTFOUND
+_INTR = lib.QS_INTR
+_wait_left = lib.qs_queue_wait_left
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
@@ -448,6 +450,8 @@ class Queue(Generic[T]):
         out = _new("qs_items **")
         k = self._key
         rc = _qs_get(self._c, k, self._klen, n, timeout, out)
+        while rc == _INTR:  # the signal's handler ran as the call returned
+            rc = _qs_get(self._c, k, self._klen, n, _wait_left(), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -500,9 +504,15 @@ class Queue(Generic[T]):
             out = _tls.items = _new("qs_items **")
         rc = _qs_get(self._c, self._key, self._klen, 1, timeout, out)
         if rc:
+            # A signal ended the wait (QS_INTR) with nothing taken; Python
+            # ran its handler as the call returned, and if that did not
+            # raise, the wait goes on for the time it had left.
+            while rc == _INTR:
+                rc = _qs_get(self._c, self._key, self._klen, 1, _wait_left(), out)
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
-            self._raise(rc, "get")
+            if rc:
+                self._raise(rc, "get")
         it = out[0]
         try:
             b: T = _buffer(it.data, it.off[1])[:]    # T is bytes without a codec
@@ -613,6 +623,8 @@ class Queue(Generic[T]):
         out = _new("qs_items **")
         k = self._key
         rc = lib.qs_queue_reserve(self._c, k, self._klen, t, lease_s, out)
+        while rc == _INTR:  # the signal's handler ran as the call returned
+            rc = lib.qs_queue_reserve(self._c, k, self._klen, _wait_left(), lease_s, out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")

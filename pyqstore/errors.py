@@ -29,6 +29,7 @@ __all__ = [
     "NotReservedError",
     "DecodeError",
     "Empty",
+    "Interrupted",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",
@@ -57,7 +58,10 @@ class CorruptError(Error):
 
 
 class LockedError(Error):
-    """Another process holds the casket's lock (after ``lock_timeout``)."""
+    """Another process, or another thread's transaction, held the casket's
+    write lock for longer than ``lock_timeout``.  The message names the
+    holder: the thread (name, ``threading.get_ident()`` and native id) or
+    the process id."""
 
 
 class ReadOnlyError(Error):
@@ -135,6 +139,13 @@ class Empty(Error, _queue.Empty):
     :class:`queue.Empty`, so code written for :mod:`queue` catches it)."""
 
 
+class Interrupted(Error, builtins.InterruptedError):
+    """A wait was ended by a signal with nothing taken.  Queue methods do
+    not raise it: they let the signal's handler run (and raise, as
+    KeyboardInterrupt for Ctrl-C) and otherwise wait on.  Also an
+    InterruptedError."""
+
+
 class FileNotFound(Error, builtins.FileNotFoundError):
     """ENOENT: the casket file does not exist.  Also a FileNotFoundError."""
 
@@ -175,6 +186,7 @@ def _codes() -> dict[str, int]:
         "QS_FORKED": lib.QS_FORKED,
         "QS_RESFULL": lib.QS_RESFULL,
         "QS_SNAPSHOT_OLD": lib.QS_SNAPSHOT_OLD,
+        "QS_INTR": lib.QS_INTR,
     }
 
 
@@ -198,6 +210,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_FORKED": (ForkedError, None),
     "QS_RESFULL": (FullError, None),
     "QS_SNAPSHOT_OLD": (SnapshotTooOldError, None),
+    "QS_INTR": (Interrupted, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.
@@ -224,6 +237,24 @@ def _strerror(rc: int) -> str:
 
     text: str = ffi.string(lib.qs_strerror(rc)).decode("utf-8", "replace")
     return text
+
+
+def _lock_holder() -> str:
+    """Who held the lock at this thread's last QS_LOCKED (qs_locked_by)."""
+    import threading
+
+    from ._qstore import ffi, lib
+
+    h = ffi.new("qs_lock_holder *")
+    lib.qs_locked_by(h)
+    if h.tid:
+        names = [t.name for t in threading.enumerate() if t.native_id == h.tid]
+        name = f" {names[0]!r}" if names else ""
+        return (f" (held by the transaction of thread{name} of this process:"
+                f" ident {h.thread}, native id {h.tid})")
+    if h.pid and h.pid != os.getpid():
+        return f" (held by process {h.pid})"
+    return ""
 
 
 def _describe_path(path: Union[str, bytes, None]) -> str:
@@ -260,6 +291,8 @@ def error_for(
     else:
         cls, override = _table().get(rc, (Error, None))
         strerror = detail or override or _strerror(rc)
+        if cls is LockedError and not detail:
+            strerror += _lock_holder()
         if handle is not None and detail is None and cls is CorruptError:
             from ._qstore import lib
 
