@@ -469,6 +469,8 @@ class Queue(Generic[T]):
         out = _new("qs_items **")
         k = self._key
         rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, timeout, 0.0, out)
+        while rc == _INTR:  # as in _get: the handler ran and did not raise
+            rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, _wait_left(), 0.0, out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")

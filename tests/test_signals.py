@@ -98,6 +98,7 @@ WAITS = {
     "get_many": "q.get_many(5, block=True, timeout=60)",
     "reserve": "q.reserve()",
     "reserve_timeout": "q.reserve(timeout=60)",
+    "get_codec": "c.queue('q', codec='json').get()",
 }
 
 INTERRUPTED = """
@@ -161,13 +162,17 @@ def test_sigterm_handler_exception_propagates(path):
     finish(proc)
 
 
-@pytest.mark.parametrize("mode", ["get", "reserve"])
+@pytest.mark.parametrize("mode", ["get", "reserve", "get_codec"])
 def test_handler_that_returns_lets_the_wait_go_on(path, mode):
     """A handler that returns normally runs (promptly) and the wait goes on:
-    it still gets the item put afterwards."""
+    it still gets the item put afterwards (a codec queue's get reserves,
+    decodes and acks: its wait is reserve's)."""
     pyqstore.open(path, "n", sync=False).close()
-    wait = "q.get()" if mode == "get" else "q.reserve().payload"
+    wait = {"get": "q.get()", "reserve": "q.reserve().payload",
+            "get_codec": "c.queue('q', codec=Raw()).get()"}[mode]
     proc = run_child(path, f"""
+        class Raw:
+            encode = decode = staticmethod(bytes)
         ran = []
         def on_usr1(signum, frame):
             ran.append(time.monotonic())
