@@ -65,7 +65,9 @@ enum {
     QS_RESFULL = -32016,    /* qs_queue_reserve: the casket's table of
                                reservations held at once (49,152, over all
                                handles and processes) is full */
-    QS_LAST_ERRCODE = -32016
+    QS_NOTFILE = -32017,    /* the path (or its NAME-log, NAME-shm) is a
+                               device, pipe or socket, not a regular file */
+    QS_LAST_ERRCODE = -32017
 };
 
 enum {
@@ -130,10 +132,14 @@ void qs_options_init(qs_options *opts);
 
 /* Opens (or creates) the casket at `path` and its log `path`-log.
  * On success *out is a new handle, owned by the caller until qs_close.
- * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTCASKET,
- * QS_VERSION, QS_CORRUPT, QS_LOCKED (after lock_timeout), QS_INVAL, or an
- * errno.  On failure *out is NULL and nothing is left open; a file created
- * by the failed call may remain. */
+ * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTFILE or
+ * EISDIR (path, or its -log or -shm, is not a regular file; refused
+ * before anything is created), QS_NOTCASKET (also an existing empty file
+ * in mode CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
+ * QS_LOCKED (after lock_timeout), QS_INVAL, or an
+ * errno.  On failure *out is NULL, nothing is left open, and the
+ * files this call created are removed (unless other handles attached
+ * meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
 /* Closes the casket's files: waits for calls running in other threads to

@@ -1,5 +1,6 @@
 /* shm.c -- the region processes share beside a casket (see shm.h). */
 #include "shm.h"
+#include "osdep.h"
 #include "qstore.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -168,15 +169,35 @@ static int attach(sh_region *r, double timeout, int *alone)
     }
 }
 
+/* Whether path still names the file we locked: an opener that failed
+ * removes a region it created (holding it exclusively), and one that was
+ * waiting for the lock meanwhile holds a file nobody else can find. */
+static int still_there(const sh_region *r, const char *path)
+{
+    struct stat a, b;
+    return fstat(r->fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 int sh_open(sh_region *r, const char *path, double timeout, int *alone)
 {
     memset(r, 0, sizeof *r);
-    r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (r->fd < 0)
-        return errno;
-    int rc = attach(r, timeout, alone);
-    if (rc)
-        goto fail;
+    int rc;
+    for (int tries = 0;; tries++) {
+        r->fd = -1;
+        rc = os_open_regular(path, O_RDWR | O_CREAT, QS_NOTFILE, &r->fd, &r->created);
+        if (rc || (rc = attach(r, timeout, alone)) != 0)
+            goto fail;
+        r->exclusive = *alone;
+        if (still_there(r, path))
+            break;
+        close(r->fd);
+        if (tries == 100) {
+            r->fd = -1;
+            rc = QS_LOCKED;
+            goto fail;
+        }
+    }
     struct stat st;
     if (fstat(r->fd, &st) != 0) {
         rc = errno;
@@ -200,7 +221,6 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
     r->base = m;
     r->size = SH_SIZE;
     layout(r);
-    r->exclusive = *alone;
     if (!*alone && !valid(r)) {
         rc = QS_CORRUPT;
         goto fail;
@@ -229,10 +249,20 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
 fail:
     if (r->base)
         munmap(r->base, r->size);
-    close(r->fd);   /* drops every OFD lock taken through it */
+    if (r->fd >= 0) {
+        sh_discard(r, path);
+        close(r->fd);   /* drops every OFD lock taken through it */
+    }
     memset(r, 0, sizeof *r);
     r->fd = -1;
     return rc;
+}
+
+void sh_discard(sh_region *r, const char *path)
+{
+    if (r->created && r->exclusive)
+        unlink(path);
+    r->created = 0;
 }
 
 void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn)

@@ -64,6 +64,7 @@ typedef struct sh_region {
     uint32_t slot;              /* ours */
     uint32_t gen;               /* our slot's generation */
     int exclusive;              /* we hold byte 0 exclusively */
+    int created;                /* this open created the file */
     _Atomic uint64_t last_sweep_ns; /* when we last looked for dead holders */
 } sh_region;
 
@@ -76,13 +77,20 @@ typedef struct sh_commit {
 
 /* Opens (creating, mode 0644) the region file at path and attaches: takes
  * byte 0 exclusively if nobody else has it (then *alone is 1 and the
- * region is blank: the caller recovers the casket and calls sh_init), or
- * shared, waiting up to timeout seconds while an opener that is alone
- * initializes it (then *alone is 0 and the region has been validated), and
- * claims a slot.  Returns 0, QS_LOCKED (timeout, or every slot in use),
- * QS_CORRUPT (a region in use by live processes that fails validation),
- * QS_NOMEM or errno; on failure nothing stays open or mapped. */
+ * region is blank: the caller recovers the casket and calls sh_init), or shared, waiting up to timeout seconds while an
+ * opener that is alone initializes it (then *alone is 0 and the region has
+ * been validated), and claims a slot.  Returns 0, QS_LOCKED (timeout, or
+ * every slot in use), QS_CORRUPT (a region in use by live processes that
+ * fails validation), QS_NOTFILE or EISDIR (path is not a regular file),
+ * QS_NOMEM or errno; on failure nothing stays open or mapped, and a file the
+ * call created is removed. */
 int sh_open(sh_region *r, const char *path, double timeout, int *alone);
+
+/* For an open that fails after sh_open succeeded: removes the region file
+ * at path if this open created it and still holds it exclusively (nobody
+ * else can have found it then; one waiting to attach notices it is gone).
+ * Call before sh_close. */
+void sh_discard(sh_region *r, const char *path);
 
 /* Fills a blank region (after sh_open said alone) with the casket's
  * current commit and next transaction number. */

@@ -150,6 +150,7 @@ def _codes() -> dict[str, int]:
         "QS_NOTRESERVED": lib.QS_NOTRESERVED,
         "QS_FORKED": lib.QS_FORKED,
         "QS_RESFULL": lib.QS_RESFULL,
+        "QS_NOTFILE": lib.QS_NOTFILE,
     }
 
 
@@ -172,6 +173,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_NOTRESERVED": (NotReservedError, None),
     "QS_FORKED": (ForkedError, None),
     "QS_RESFULL": (FullError, None),
+    "QS_NOTFILE": (CorruptError, "not a regular file"),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.
