@@ -137,7 +137,7 @@ void qs_options_init(qs_options *opts);
  * before anything is created), QS_NOTCASKET (also an existing empty file
  * in mode CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
  * QS_LOCKED (after lock_timeout), QS_INVAL, or an
- * errno.  On failure *out is NULL, nothing is left open, and the
+ * errno (ENOSPC: no room for the region or the log).  On failure *out is NULL, nothing is left open, and the
  * files this call created are removed (unless other handles attached
  * meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);

@@ -204,11 +204,16 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
         goto fail;
     }
     if (*alone) {
-        /* Whatever the file held belonged to handles that are all gone. */
-        if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, SH_SIZE) != 0) {
+        /* Whatever the file held belonged to handles that are all gone.
+         * Its blocks are allocated now: a page of a sparse file that the
+         * file system cannot allocate when it is first touched raises
+         * SIGBUS, so a full disk fails the open here instead. */
+        if (ftruncate(r->fd, 0) != 0) {
             rc = errno;
             goto fail;
         }
+        if ((rc = posix_fallocate(r->fd, 0, SH_SIZE)) != 0)
+            goto fail;
     } else if ((uint64_t)st.st_size != SH_SIZE) {
         rc = QS_CORRUPT;
         goto fail;

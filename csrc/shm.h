@@ -77,12 +77,14 @@ typedef struct sh_commit {
 
 /* Opens (creating, mode 0644) the region file at path and attaches: takes
  * byte 0 exclusively if nobody else has it (then *alone is 1 and the
- * region is blank: the caller recovers the casket and calls sh_init), or shared, waiting up to timeout seconds while an
+ * region is blank, its blocks allocated: the caller recovers the casket
+ * and calls sh_init), or shared, waiting up to timeout seconds while an
  * opener that is alone initializes it (then *alone is 0 and the region has
  * been validated), and claims a slot.  Returns 0, QS_LOCKED (timeout, or
  * every slot in use), QS_CORRUPT (a region in use by live processes that
  * fails validation), QS_NOTFILE or EISDIR (path is not a regular file),
- * QS_NOMEM or errno; on failure nothing stays open or mapped, and a file the
+ * QS_NOMEM or errno (ENOSPC: no room for the region; EACCES, EROFS: it may
+ * not be written); on failure nothing stays open or mapped, and a file the
  * call created is removed. */
 int sh_open(sh_region *r, const char *path, double timeout, int *alone);
 
