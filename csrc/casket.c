@@ -95,6 +95,9 @@ const char *qs_strerror(int rc)
     case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
     case QS_NOTFILE: return "not a regular file (a device, pipe or socket)";
+    case QS_NOATTACH:
+        return "other processes have the casket open and this one may not write its region "
+               "NAME-shm, which a read-only open needs to follow their changes";
     default:
         if (rc > 0)
             return strerror(rc);
@@ -855,6 +858,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     }
     if (rc)
         goto fail;
+    int observe = 0;
     if (shared) {
         /* Attach before opening the files: an opener that is alone may
          * recover them, and compaction replaces the main file while it
@@ -867,19 +871,28 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         memcpy(sp, path, n);
         memcpy(sp + n, SHM_SUFFIX, sizeof SHM_SUFFIX);
         rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
-        if (rc == EROFS && c->readonly) {
-            /* A read-only file system: nobody can write the casket, so
-             * there is nothing to coordinate with. */
-            rc = 0;
-        } else if (rc)
-            goto fail;
-        else
+        if (rc == 0) {
             c->shared = 1;
+        } else if (c->readonly && (rc == EACCES || rc == EPERM || rc == EROFS)) {
+            /* We may not write the region (read-only media, or another
+             * user's casket): read the files alone, if nobody attached
+             * writes them meanwhile (sh_observe). */
+            observe = alone = 1;
+            rc = 0;
+        } else {
+            goto fail;
+        }
     }
     int flags = c->readonly ? O_RDONLY : O_RDWR;
     if (o.mode >= QS_OPEN_CREATE)
         flags |= O_CREAT;
     if ((rc = os_open_regular(path, flags, QS_NOTFILE, &c->fd, &made_main)) != 0)
+        goto fail;
+    if (observe)
+        rc = sh_observe(c->fd, sp);
+    else if (c->shared)
+        rc = sh_wait_unobserved(c->fd, o.lock_timeout);
+    if (rc)
         goto fail;
     if (fstat(c->fd, &st) != 0) {
         rc = errno;

@@ -67,7 +67,11 @@ enum {
                                handles and processes) is full */
     QS_NOTFILE = -32017,    /* the path (or its NAME-log, NAME-shm) is a
                                device, pipe or socket, not a regular file */
-    QS_LAST_ERRCODE = -32017
+    QS_NOATTACH = -32018,   /* qs_open read-only: other processes have the
+                               casket open and this one may not write its
+                               region NAME-shm, so it cannot follow their
+                               commits */
+    QS_LAST_ERRCODE = -32018
 };
 
 enum {
@@ -136,8 +140,13 @@ void qs_options_init(qs_options *opts);
  * EISDIR (path, or its -log or -shm, is not a regular file; refused
  * before anything is created), QS_NOTCASKET (also an existing empty file
  * in mode CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
- * QS_LOCKED (after lock_timeout), QS_INVAL, or an
- * errno (ENOSPC: no room for the region or the log).  On failure *out is NULL, nothing is left open, and the
+ * QS_LOCKED (after lock_timeout; also while read-only handles without a
+ * region have it open), QS_NOATTACH (mode READ without write access to
+ * `path`-shm while other processes have the casket open), QS_INVAL, or an
+ * errno (ENOSPC: no room for the region or the log).  Mode READ needs no
+ * write access when no other process has the casket open: the handle then
+ * reads the files without a region, and keeps openers with one out until
+ * it is closed.  On failure *out is NULL, nothing is left open, and the
  * files this call created are removed (unless other handles attached
  * meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);

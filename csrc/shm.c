@@ -270,6 +270,46 @@ void sh_discard(sh_region *r, const char *path)
     r->created = 0;
 }
 
+/* ---- handles without a region --------------------------------------------------
+ * A read-only handle that may not write the region keeps a shared lock on
+ * this byte of the main file (far past any page) instead.  Each side takes
+ * its own lock before it looks for the other's (a region user's is byte 0
+ * of the region), so of two that race at least one sees the other. */
+#define BYTE_OBSERVE ((off_t)1 << 62)
+
+int sh_observe(int main_fd, const char *path)
+{
+    int rc = byte_lock(main_fd, BYTE_OBSERVE, F_RDLCK);
+    if (rc)
+        return rc == QS_LOCKED ? QS_NOATTACH : rc;
+    int fd, created;
+    rc = os_open_regular(path, O_RDONLY, QS_NOTFILE, &fd, &created);
+    if (rc == ENOENT)
+        rc = 0;     /* no region: nobody is attached */
+    else if (rc == 0) {
+        if (byte_held(fd, BYTE_ATTACH))
+            rc = QS_NOATTACH;
+        close(fd);
+    }
+    if (rc)
+        byte_lock(main_fd, BYTE_OBSERVE, F_UNLCK);
+    return rc;
+}
+
+int sh_wait_unobserved(int main_fd, double timeout)
+{
+    uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
+    long nap = 100000;
+    while (byte_held(main_fd, BYTE_OBSERVE)) {
+        if (sh_now_ns() >= deadline)
+            return QS_LOCKED;
+        nap_ns(nap);
+        if (nap < 10000000)
+            nap *= 2;
+    }
+    return 0;
+}
+
 void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn)
 {
     struct sh_header *h = r->hdr;

@@ -94,6 +94,19 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone);
  * Call before sh_close. */
 void sh_discard(sh_region *r, const char *path);
 
+/* A read-only handle that cannot write the region (EACCES, EPERM, EROFS
+ * from sh_open) works without one, reading the files alone, provided no
+ * handle with a region has the casket open.  sh_observe takes a shared
+ * lock in the main file open as main_fd, held until it is closed, and
+ * checks the region at path: 0 (nobody attached, or no region), QS_NOATTACH
+ * (handles are attached: their commits and checkpoints could not be
+ * followed), QS_NOTFILE or errno; on failure the lock is released.
+ * sh_wait_unobserved, for every opener with a region (main file open as
+ * main_fd, attached): waits up to timeout seconds while such handles have
+ * the casket open; 0 or QS_LOCKED. */
+int sh_observe(int main_fd, const char *path);
+int sh_wait_unobserved(int main_fd, double timeout);
+
 /* Fills a blank region (after sh_open said alone) with the casket's
  * current commit and next transaction number. */
 void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn);

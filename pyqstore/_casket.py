@@ -39,6 +39,7 @@ _MISSING: Any = object()
 
 _NOTFOUND = lib.QS_NOTFOUND
 _KEYEXIST = lib.QS_KEYEXIST
+_NOATTACH = lib.QS_NOATTACH
 _NULL = ffi.NULL
 _u32 = struct.Struct("<I")
 _unpack_u32 = _u32.unpack_from
@@ -228,6 +229,8 @@ class Casket:
             opts.checkpoint_bytes = int(checkpoint_size)
         out = ffi.new("qs_casket **")
         rc = lib.qs_open(bpath, opts, out)
+        if rc == _NOATTACH:  # the region is what this user may not write
+            raise error_for(rc, "open", fspath + ("-shm" if isinstance(fspath, str) else b"-shm"))
         if rc:
             raise error_for(rc, "open", fspath)
         self._c = out[0]

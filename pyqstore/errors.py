@@ -151,6 +151,7 @@ def _codes() -> dict[str, int]:
         "QS_FORKED": lib.QS_FORKED,
         "QS_RESFULL": lib.QS_RESFULL,
         "QS_NOTFILE": lib.QS_NOTFILE,
+        "QS_NOATTACH": lib.QS_NOATTACH,
     }
 
 
@@ -174,6 +175,8 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_FORKED": (ForkedError, None),
     "QS_RESFULL": (FullError, None),
     "QS_NOTFILE": (CorruptError, "not a regular file"),
+    "QS_NOATTACH": (PermissionDenied, "other processes have the casket open, and a "
+                    "read-only open that may not write this region cannot follow their changes"),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.

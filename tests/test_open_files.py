@@ -1,14 +1,18 @@
 """What opening a casket does to the files around it: a full file system
-(the region NAME-shm must not be a sparse mapping that raises SIGBUS), and
-failed opens, which must leave the directory as they found it.
+(the region NAME-shm must not be a sparse mapping that raises SIGBUS),
+a casket the caller may only read, and failed opens, which must leave the
+directory as they found it.
 
 Several tests run their subject in a forked child, so that a signal kills
-the child and is reported, not the test run."""
+the child and is reported, not the test run; the permission tests run it
+as the user ``nobody`` (root bypasses file modes)."""
 from __future__ import annotations
 
 import errno
 import os
 import pickle
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,21 +20,30 @@ import tempfile
 import traceback
 
 import pytest
+from click.testing import CliRunner
 
 import pyqstore
+from pyqstore.cli import main
 
 ROOT = os.geteuid() == 0
+need_root = pytest.mark.skipif(
+    not ROOT, reason="needs root: mounts a tmpfs, or runs a child as another user")
 
 
-def in_child(fn):
-    """Runs fn() in a forked child and returns its result; fails the test
-    if the child died of a signal or raised."""
+def in_child(fn, *, user=None, timeout=60):
+    """Runs fn() in a forked child (as user, if given) and returns its
+    result; fails the test if the child died of a signal or raised."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 0
         try:
             os.close(rfd)
+            if user is not None:
+                pw = pwd.getpwnam(user)
+                os.setgroups([])
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
             try:
                 out = ("ok", fn())
             except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -262,6 +275,120 @@ def test_full_disk_new_casket(small_fs):
 
     assert in_child(create) == (errno.ENOSPC, True)
     assert listing(small_fs) == ["filler"]
+
+
+# ------------------------------------------------ a casket one may only read
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory root owns that nobody can enter but not write."""
+    if not ROOT:
+        pytest.skip("the permission tests run a child as 'nobody': needs root")
+    d = tempfile.mkdtemp(prefix="qs-perm-")
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d)
+
+
+@need_root
+@pytest.mark.parametrize("case", ["region left behind", "no region", "mode 0444"])
+def test_read_only_open_without_write_access(shared_dir, case):
+    """Before the fix: PermissionDenied naming the main file (the region
+    was opened for writing)."""
+    path = os.path.join(shared_dir, "c.qs")
+    make_casket(path)
+    if case == "no region":
+        os.unlink(path + "-shm")       # nobody may create it in this directory
+    if case == "mode 0444":
+        for f in os.listdir(shared_dir):
+            os.chmod(os.path.join(shared_dir, f), 0o444)
+    before = listing(shared_dir)
+    assert in_child(lambda: read_all(path), user="nobody") == ({b"k": b"v"}, [b"a", b"b"], 2)
+    assert listing(shared_dir) == before
+
+
+@need_root
+def test_read_only_open_while_others_attached_names_the_region(shared_dir):
+    path = os.path.join(shared_dir, "c.qs")
+    make_casket(path)
+    with pyqstore.open(path, "w"):
+        def try_open():
+            try:
+                pyqstore.open(path, "r")
+            except pyqstore.PermissionDenied as e:
+                return str(e)
+            return None
+        msg = in_child(try_open, user="nobody")
+    assert msg is not None and path + "-shm" in msg and "other processes" in msg, msg
+
+
+@need_root
+def test_writer_waits_for_a_reader_without_region(shared_dir):
+    """A reader without a region cannot follow commits or checkpoints, so
+    a writer may not open the casket while it reads (LockedError), and can
+    once it closed."""
+    path = os.path.join(shared_dir, "c.qs")
+    make_casket(path)
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            pw = pwd.getpwnam("nobody")
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            with pyqstore.open(path, "r") as c:
+                os.write(go_w, b"x")
+                os.read(done_r, 1)
+                code = 0 if c[b"k"] == b"v" and c.queue("jobs").peek_many(5) == [b"a", b"b"] \
+                    else 2
+        finally:
+            os._exit(code)
+    os.close(go_w)      # so that a child that died is seen as end of file
+    os.close(done_r)
+    try:
+        assert os.read(go_r, 1) == b"x", "the reader could not open the casket"
+        with pytest.raises(pyqstore.LockedError):
+            pyqstore.open(path, "w", lock_timeout=0.2)
+        with pytest.raises(pyqstore.LockedError):
+            pyqstore.open(path, "r", lock_timeout=0.2)
+    finally:
+        try:
+            os.write(done_w, b"x")
+        except BrokenPipeError:
+            pass
+        os.close(done_w)
+        os.close(go_r)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    with pyqstore.open(path, "w") as c:
+        c.put(b"k", b"w")
+    assert read_all(path)[0] == {b"k": b"w"}
+
+
+@need_root
+@pytest.mark.parametrize("command", [["info"], ["check"], ["peek", "{}", "jobs"],
+                                     ["dump", "{}"], ["info", "--json"]])
+def test_cli_reads_a_casket_it_may_not_write(shared_dir, command):
+    path = os.path.join(shared_dir, "c.qs")
+    make_casket(path)
+    for f in os.listdir(shared_dir):
+        os.chmod(os.path.join(shared_dir, f), 0o444)
+    args = [a.format(path) for a in command]
+    if "{}" not in command:
+        args.insert(1, path)
+
+    def run():   # in this process: nobody may not run the interpreter
+        r = CliRunner().invoke(main, args)
+        return r.exit_code, r.output
+
+    rc, out = in_child(run, user="nobody")
+    assert rc == 0 and out, out
 
 
 # ------------------------------------------- failed opens leave nothing
