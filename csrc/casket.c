@@ -870,7 +870,13 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         }
         memcpy(sp, path, n);
         memcpy(sp + n, SHM_SUFFIX, sizeof SHM_SUFFIX);
-        rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
+        /* A reader who may not write the casket does not make its region:
+         * the file would be the reader's, and lock the casket's owner out. */
+        if (c->readonly && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0 &&
+            faccessat(AT_FDCWD, sp, F_OK, AT_EACCESS) != 0)
+            rc = EACCES;
+        else
+            rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
         if (rc == 0) {
             c->shared = 1;
         } else if (c->readonly && (rc == EACCES || rc == EPERM || rc == EROFS)) {

@@ -146,7 +146,7 @@ void qs_options_init(qs_options *opts);
  * errno (ENOSPC: no room for the region or the log).  Mode READ needs no
  * write access when no other process has the casket open: the handle then
  * reads the files without a region, and keeps openers with one out until
- * it is closed.  On failure *out is NULL, nothing is left open, and the
+ * it is closed; it never creates `path`-shm when it may not write `path`.  On failure *out is NULL, nothing is left open, and the
  * files this call created are removed (unless other handles attached
  * meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);

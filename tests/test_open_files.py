@@ -372,6 +372,25 @@ def test_writer_waits_for_a_reader_without_region(shared_dir):
 
 
 @need_root
+def test_reader_does_not_create_another_users_region(shared_dir):
+    """A reader who may not write the casket does not create its region: in
+    a directory anyone may write (sticky, like /tmp) the region it left,
+    owned by it, locked the owner out for good (PermissionDenied at "w")."""
+    os.chmod(shared_dir, 0o1777)
+    path = os.path.join(shared_dir, "c.qs")
+    in_child(lambda: make_casket(path), user="daemon")
+    os.unlink(path + "-shm")
+    assert in_child(lambda: read_all(path), user="nobody")[0] == {b"k": b"v"}
+    assert listing(shared_dir) == ["c.qs", "c.qs-log"]
+
+    def write():
+        with pyqstore.open(path, "w") as c:
+            c.put(b"k", b"w")
+    in_child(write, user="daemon")
+    assert in_child(lambda: read_all(path), user="nobody")[0] == {b"k": b"w"}
+
+
+@need_root
 @pytest.mark.parametrize("command", [["info"], ["check"], ["peek", "{}", "jobs"],
                                      ["dump", "{}"], ["info", "--json"]])
 def test_cli_reads_a_casket_it_may_not_write(shared_dir, command):
