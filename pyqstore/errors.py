@@ -47,8 +47,9 @@ class Error(Exception):
 
 
 class CorruptError(Error):
-    """The file is damaged, is not a pyqstore casket, or has a format
-    version this library cannot read."""
+    """The file is damaged, is not a pyqstore casket (an empty file is
+    not one, nor is a device or a pipe: "not a regular file"), or has a
+    format version this library cannot read."""
 
 
 class LockedError(Error):
@@ -116,7 +117,9 @@ class FileNotFound(Error, builtins.FileNotFoundError):
 
 
 class PermissionDenied(Error, builtins.PermissionError):
-    """EACCES/EPERM from a system call.  Also a PermissionError."""
+    """EACCES/EPERM from a system call.  Also a PermissionError.  Also
+    raised by a read-only open that may not write the region ``NAME-shm``
+    (named in the message) while other processes have the casket open."""
 
 
 class FileExists(Error, builtins.FileExistsError):
