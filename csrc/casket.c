@@ -1,6 +1,7 @@
 /* casket.c -- the public API (qstore.h): files and locks, the write lock and
  * transactions, group commit, cursors, check and compact. */
 #include "casket.h"
+#include "osdep.h"
 #include "queue.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -162,6 +163,10 @@ const char *qs_strerror(int rc)
         return "snapshot too old: the log outgrew its limit and was checkpointed under it";
     case QS_INTR: return "interrupted by a signal while waiting (nothing was taken)";
     case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
+    case QS_NOTFILE: return "not a regular file (a device, pipe or socket)";
+    case QS_NOATTACH:
+        return "other processes have the casket open and this one may not write its region "
+               "NAME-shm, which a read-only open needs to follow their changes";
     default:
         if (rc > 0)
             return strerror(rc);
@@ -1011,12 +1016,25 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     atomic_init(&c->owner, 0);
     c->checkpoint_bytes = o.checkpoint_bytes ? o.checkpoint_bytes : DEFAULT_CHECKPOINT;
     uint64_t cache = o.cache_bytes ? o.cache_bytes : DEFAULT_CACHE;
-    int rc = 0, alone = 1;
+    int rc = 0, alone = 1, made_main = 0, made_log = 0;
     char *lp = NULL, *sp = NULL;
     if (!(c->path = strdup(path)) || !(lp = log_path_of(path))) {
         rc = QS_NOMEM;
         goto fail;
     }
+    /* Refuse what cannot be a casket before anything is created beside it. */
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            rc = EISDIR;
+        else if (!S_ISREG(st.st_mode))
+            rc = QS_NOTFILE;
+    } else if (errno != ENOENT || o.mode < QS_OPEN_CREATE) {
+        rc = errno;
+    }
+    if (rc)
+        goto fail;
+    int observe = 0;
     if (shared) {
         /* Attach before opening the files: an opener that is alone may
          * recover them, and compaction replaces the main file while it
@@ -1028,41 +1046,46 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         }
         memcpy(sp, path, n);
         memcpy(sp + n, SHM_SUFFIX, sizeof SHM_SUFFIX);
-        if (o.mode == QS_OPEN_READ && access(path, F_OK) != 0) {
-            rc = errno;     /* do not leave a region beside nothing */
+        /* A reader who may not write the casket does not make its region:
+         * the file would be the reader's, and lock the casket's owner out. */
+        if (c->readonly && faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0 &&
+            faccessat(AT_FDCWD, sp, F_OK, AT_EACCESS) != 0)
+            rc = EACCES;
+        else
+            rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
+        if (rc == 0) {
+            c->shared = 1;
+        } else if (c->readonly && (rc == EACCES || rc == EPERM || rc == EROFS)) {
+            /* We may not write the region (read-only media, or another
+             * user's casket): read the files alone, if nobody attached
+             * writes them meanwhile (sh_observe). */
+            observe = alone = 1;
+            rc = 0;
+        } else {
             goto fail;
         }
-        rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
-        if (rc == EROFS && c->readonly) {
-            /* A read-only file system: nobody can write the casket, so
-             * there is nothing to coordinate with. */
-            rc = 0;
-        } else if (rc)
-            goto fail;
-        else
-            c->shared = 1;
     }
-    int flags = O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR);
+    int flags = c->readonly ? O_RDONLY : O_RDWR;
     if (o.mode >= QS_OPEN_CREATE)
         flags |= O_CREAT;
-    if ((c->fd = open(path, flags, 0644)) < 0) {
-        rc = errno;
+    if ((rc = os_open_regular(path, flags, QS_NOTFILE, &c->fd, &made_main)) != 0)
         goto fail;
-    }
-    struct stat st;
+    if (observe)
+        rc = sh_observe(c->fd, sp);
+    else if (c->shared)
+        rc = sh_wait_unobserved(c->fd, o.lock_timeout);
+    if (rc)
+        goto fail;
     if (fstat(c->fd, &st) != 0) {
         rc = errno;
         goto fail;
     }
-    if (S_ISDIR(st.st_mode)) {
-        rc = EISDIR;
+    rc = os_open_regular(lp, c->readonly ? O_RDONLY : O_RDWR | O_CREAT, QS_NOTFILE, &c->log_fd,
+                         &made_log);
+    if (rc == ENOENT && c->readonly)
+        rc = 0;     /* a read-only handle reads a casket without a log */
+    else if (rc)
         goto fail;
-    }
-    c->log_fd = open(lp, O_CLOEXEC | (c->readonly ? O_RDONLY : O_RDWR | O_CREAT), 0644);
-    if (c->log_fd < 0 && !(c->readonly && errno == ENOENT)) {
-        rc = errno;
-        goto fail;
-    }
     if (o.mode == QS_OPEN_NEW && !alone) {
         rc = QS_LOCKED;     /* cannot empty it under other handles */
         goto fail;
@@ -1074,7 +1097,9 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         }
         st.st_size = 0;
     }
-    int create = st.st_size == 0 && !c->readonly && o.mode >= QS_OPEN_CREATE;
+    /* An empty file this open did not make may be anyone's: only "n"
+     * overwrites it. */
+    int create = st.st_size == 0 && !c->readonly && (made_main || o.mode == QS_OPEN_NEW);
     if (st.st_size == 0 && !create) {
         rc = QS_NOTCASKET;
         goto fail;
@@ -1113,6 +1138,18 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
 fail:
     if (shared && c->pg.damage[0])
         snprintf(open_detail, sizeof open_detail, "%s: %s", lp, c->pg.damage);
+    /* Leave the directory as we found it: remove the files this open
+     * made, while nobody else can have the casket open (the region held
+     * exclusively, or none); an opener waiting for the region finds them
+     * gone. */
+    if (!c->shared || c->sh.exclusive) {
+        if (made_log)
+            unlink(lp);
+        if (made_main)
+            unlink(path);
+    }
+    if (c->shared)
+        sh_discard(&c->sh, sp);
     free(lp);
     free(sp);
     casket_free(c);

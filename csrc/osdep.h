@@ -1,8 +1,11 @@
-/* osdep.h -- the durability calls that differ between systems. */
+/* osdep.h -- the durability calls that differ between systems, and
+ * opening the casket's files. */
 #ifndef QS_OSDEP_H
 #define QS_OSDEP_H
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Makes the file's data (and the metadata needed to read it) durable.
@@ -31,6 +34,48 @@ static inline void os_write_behind(int fd, uint64_t off, uint64_t len)
     (void)off;
     (void)len;
 #endif
+}
+
+/* Opens one of the casket's files (flags O_RDONLY or O_RDWR, perhaps
+ * O_CREAT) and refuses anything but a regular file: a pipe would block the
+ * open, a device or directory is nobody's casket.  *created says whether
+ * this call created it (so that a failed open can remove only what it
+ * made).  Returns 0 (*fd open), EISDIR, notfile (the caller's code for "not
+ * a regular file") or errno. */
+static inline int os_open_regular(const char *path, int flags, int notfile, int *fd,
+                                  int *created)
+{
+    *created = 0;
+    for (int tries = 0;; tries++) {
+        int f;
+        if (flags & O_CREAT) {
+            f = open(path, flags | O_EXCL | O_NONBLOCK | O_CLOEXEC, 0644);
+            if (f >= 0) {
+                *created = 1;
+            } else if (errno == EEXIST) {
+                f = open(path, (flags & ~O_CREAT) | O_NONBLOCK | O_CLOEXEC);
+                if (f < 0 && errno == ENOENT && tries < 100)
+                    continue;   /* removed in between: create it after all */
+            }
+        } else {
+            f = open(path, flags | O_NONBLOCK | O_CLOEXEC);
+        }
+        if (f < 0)
+            return errno;
+        struct stat st;
+        int rc = fstat(f, &st) != 0     ? errno
+                 : S_ISDIR(st.st_mode) ? EISDIR
+                 : !S_ISREG(st.st_mode) ? notfile
+                                        : 0;
+        if (rc == 0 && fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK) != 0)
+            rc = errno;
+        if (rc) {
+            close(f);
+            return rc;
+        }
+        *fd = f;
+        return 0;
+    }
 }
 
 #endif

@@ -77,7 +77,13 @@ enum {
                                snapshot only closes now */
     QS_INTR = -32018,       /* qs_queue_get/reserve: a signal handler ran
                                while waiting; nothing was taken */
-    QS_LAST_ERRCODE = -32018
+    QS_NOTFILE = -32019,    /* the path (or its NAME-log, NAME-shm) is a
+                               device, pipe or socket, not a regular file */
+    QS_NOATTACH = -32020,   /* qs_open read-only: other processes have the
+                               casket open and this one may not write its
+                               region NAME-shm, so it cannot follow their
+                               commits */
+    QS_LAST_ERRCODE = -32020
 };
 
 enum {
@@ -143,10 +149,19 @@ void qs_options_init(qs_options *opts);
 
 /* Opens (or creates) the casket at `path` and its log `path`-log.
  * On success *out is a new handle, owned by the caller until qs_close.
- * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTCASKET,
- * QS_VERSION, QS_CORRUPT, QS_LOCKED (after lock_timeout), QS_INVAL, or an
- * errno.  On failure *out is NULL and nothing is left open; a file created
- * by the failed call may remain. */
+ * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTFILE or
+ * EISDIR (path, or its -log or -shm, is not a regular file; refused
+ * before anything is created), QS_NOTCASKET (also an existing empty file
+ * in mode CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
+ * QS_LOCKED (after lock_timeout; also while read-only handles without a
+ * region have it open), QS_NOATTACH (mode READ without write access to
+ * `path`-shm while other processes have the casket open), QS_INVAL, or an
+ * errno (ENOSPC: no room for the region or the log).  Mode READ needs no
+ * write access when no other process has the casket open: the handle then
+ * reads the files without a region, and keeps openers with one out until
+ * it is closed; it never creates `path`-shm when it may not write `path`.  On failure *out is NULL, nothing is left open, and the
+ * files this call created are removed (unless other handles attached
+ * meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
 /* After qs_open failed in this thread because a frame of the log is

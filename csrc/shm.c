@@ -1,5 +1,6 @@
 /* shm.c -- the region processes share beside a casket (see shm.h). */
 #include "shm.h"
+#include "osdep.h"
 #include "qstore.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -173,26 +174,51 @@ static int attach(sh_region *r, double timeout, int *alone)
     }
 }
 
+/* Whether path still names the file we locked: an opener that failed
+ * removes a region it created (holding it exclusively), and one that was
+ * waiting for the lock meanwhile holds a file nobody else can find. */
+static int still_there(const sh_region *r, const char *path)
+{
+    struct stat a, b;
+    return fstat(r->fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 int sh_open(sh_region *r, const char *path, double timeout, int *alone)
 {
     memset(r, 0, sizeof *r);
-    r->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (r->fd < 0)
-        return errno;
-    int rc = attach(r, timeout, alone);
-    if (rc)
-        goto fail;
+    int rc;
+    for (int tries = 0;; tries++) {
+        r->fd = -1;
+        rc = os_open_regular(path, O_RDWR | O_CREAT, QS_NOTFILE, &r->fd, &r->created);
+        if (rc || (rc = attach(r, timeout, alone)) != 0)
+            goto fail;
+        r->exclusive = *alone;
+        if (still_there(r, path))
+            break;
+        close(r->fd);
+        if (tries == 100) {
+            r->fd = -1;
+            rc = QS_LOCKED;
+            goto fail;
+        }
+    }
     struct stat st;
     if (fstat(r->fd, &st) != 0) {
         rc = errno;
         goto fail;
     }
     if (*alone) {
-        /* Whatever the file held belonged to handles that are all gone. */
-        if (ftruncate(r->fd, 0) != 0 || ftruncate(r->fd, SH_SIZE) != 0) {
+        /* Whatever the file held belonged to handles that are all gone.
+         * Its blocks are allocated now: a page of a sparse file that the
+         * file system cannot allocate when it is first touched raises
+         * SIGBUS, so a full disk fails the open here instead. */
+        if (ftruncate(r->fd, 0) != 0) {
             rc = errno;
             goto fail;
         }
+        if ((rc = posix_fallocate(r->fd, 0, SH_SIZE)) != 0)
+            goto fail;
     } else if ((uint64_t)st.st_size != SH_SIZE) {
         rc = QS_CORRUPT;
         goto fail;
@@ -205,7 +231,6 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
     r->base = m;
     r->size = SH_SIZE;
     layout(r);
-    r->exclusive = *alone;
     if (!*alone && !valid(r)) {
         rc = QS_CORRUPT;
         goto fail;
@@ -236,10 +261,60 @@ int sh_open(sh_region *r, const char *path, double timeout, int *alone)
 fail:
     if (r->base)
         munmap(r->base, r->size);
-    close(r->fd);   /* drops every OFD lock taken through it */
+    if (r->fd >= 0) {
+        sh_discard(r, path);
+        close(r->fd);   /* drops every OFD lock taken through it */
+    }
     memset(r, 0, sizeof *r);
     r->fd = -1;
     return rc;
+}
+
+void sh_discard(sh_region *r, const char *path)
+{
+    if (r->created && r->exclusive)
+        unlink(path);
+    r->created = 0;
+}
+
+/* ---- handles without a region --------------------------------------------------
+ * A read-only handle that may not write the region keeps a shared lock on
+ * this byte of the main file (far past any page) instead.  Each side takes
+ * its own lock before it looks for the other's (a region user's is byte 0
+ * of the region), so of two that race at least one sees the other. */
+#define BYTE_OBSERVE ((off_t)1 << 62)
+
+int sh_observe(int main_fd, const char *path)
+{
+    int rc = byte_lock(main_fd, BYTE_OBSERVE, F_RDLCK);
+    if (rc)
+        return rc == QS_LOCKED ? QS_NOATTACH : rc;
+    int fd, created;
+    rc = os_open_regular(path, O_RDONLY, QS_NOTFILE, &fd, &created);
+    if (rc == ENOENT)
+        rc = 0;     /* no region: nobody is attached */
+    else if (rc == 0) {
+        if (byte_held(fd, BYTE_ATTACH))
+            rc = QS_NOATTACH;
+        close(fd);
+    }
+    if (rc)
+        byte_lock(main_fd, BYTE_OBSERVE, F_UNLCK);
+    return rc;
+}
+
+int sh_wait_unobserved(int main_fd, double timeout)
+{
+    uint64_t deadline = sh_now_ns() + (uint64_t)(timeout * 1e9);
+    long nap = 100000;
+    while (byte_held(main_fd, BYTE_OBSERVE)) {
+        if (sh_now_ns() >= deadline)
+            return QS_LOCKED;
+        nap_ns(nap);
+        if (nap < 10000000)
+            nap *= 2;
+    }
+    return 0;
 }
 
 void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn)

@@ -70,6 +70,7 @@ typedef struct sh_region {
     uint32_t slot;              /* ours */
     uint32_t gen;               /* our slot's generation */
     int exclusive;              /* we hold byte 0 exclusively */
+    int created;                /* this open created the file */
     _Atomic uint64_t last_sweep_ns; /* when we last looked for dead holders */
 } sh_region;
 
@@ -82,13 +83,35 @@ typedef struct sh_commit {
 
 /* Opens (creating, mode 0644) the region file at path and attaches: takes
  * byte 0 exclusively if nobody else has it (then *alone is 1 and the
- * region is blank: the caller recovers the casket and calls sh_init), or
- * shared, waiting up to timeout seconds while an opener that is alone
- * initializes it (then *alone is 0 and the region has been validated), and
- * claims a slot.  Returns 0, QS_LOCKED (timeout, or every slot in use),
- * QS_CORRUPT (a region in use by live processes that fails validation),
- * QS_NOMEM or errno; on failure nothing stays open or mapped. */
+ * region is blank, its blocks allocated: the caller recovers the casket
+ * and calls sh_init), or shared, waiting up to timeout seconds while an
+ * opener that is alone initializes it (then *alone is 0 and the region has
+ * been validated), and claims a slot.  Returns 0, QS_LOCKED (timeout, or
+ * every slot in use), QS_CORRUPT (a region in use by live processes that
+ * fails validation), QS_NOTFILE or EISDIR (path is not a regular file),
+ * QS_NOMEM or errno (ENOSPC: no room for the region; EACCES, EROFS: it may
+ * not be written); on failure nothing stays open or mapped, and a file the
+ * call created is removed. */
 int sh_open(sh_region *r, const char *path, double timeout, int *alone);
+
+/* For an open that fails after sh_open succeeded: removes the region file
+ * at path if this open created it and still holds it exclusively (nobody
+ * else can have found it then; one waiting to attach notices it is gone).
+ * Call before sh_close. */
+void sh_discard(sh_region *r, const char *path);
+
+/* A read-only handle that cannot write the region (EACCES, EPERM, EROFS
+ * from sh_open) works without one, reading the files alone, provided no
+ * handle with a region has the casket open.  sh_observe takes a shared
+ * lock in the main file open as main_fd, held until it is closed, and
+ * checks the region at path: 0 (nobody attached, or no region), QS_NOATTACH
+ * (handles are attached: their commits and checkpoints could not be
+ * followed), QS_NOTFILE or errno; on failure the lock is released.
+ * sh_wait_unobserved, for every opener with a region (main file open as
+ * main_fd, attached): waits up to timeout seconds while such handles have
+ * the casket open; 0 or QS_LOCKED. */
+int sh_observe(int main_fd, const char *path);
+int sh_wait_unobserved(int main_fd, double timeout);
 
 /* Fills a blank region (after sh_open said alone) with the casket's
  * current commit and next transaction number. */

@@ -12,7 +12,9 @@
 #include "test_common.h"
 #include "shm.h"
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 static char region_path[700];
@@ -256,8 +258,77 @@ static void live_checkpointer_keeps_ops_out(void)
     tc_tmp_remove(&t);
 }
 
+/* Whether process pid has path open. */
+static int has_open(pid_t pid, const char *path)
+{
+    char dir[64], link[400], target[800];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;) {
+        snprintf(link, sizeof link, "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = 0;
+            found = strcmp(target, path) == 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* An opener that created the region and failed removes it; one that was
+ * waiting for it meanwhile must not settle on the removed file (it would
+ * be alone there while the next opener is alone in a new one). */
+static void discarded_region_is_not_joined(void)
+{
+    tc_tmp t = {0};
+    REQUIRE(tc_tmp_make(&t) == 0);
+    snprintf(region_path, sizeof region_path, "%s-shm", t.path);
+    sh_region a;
+    int alone = 0;
+    REQUIRE_RC(sh_open(&a, region_path, 1.0, &alone), 0);
+    REQUIRE(alone && a.created);
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        sh_forget(&a);  /* the parent's descriptor: it must not count as ours */
+        close(ready[0]);
+        close(ready[1]);
+        sh_region b;
+        int al = 0;
+        int rc = sh_open(&b, region_path, 5.0, &al);
+        struct stat x, y;
+        int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(region_path, &y) == 0 &&
+                   x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+        _exit(rc ? 10 : !al ? 11 : !same ? 12 : 0);
+    }
+    close(ready[1]);
+    char c;
+    CHECK(read(ready[0], &c, 1) == 0);  /* the child dropped its copy */
+    close(ready[0]);
+    /* until the child holds the file open, waiting for byte 0 */
+    for (double t0 = tc_now(); !has_open(pid, region_path) && tc_now() - t0 < 5;)
+        usleep(1000);
+    CHECK(has_open(pid, region_path));
+    sh_discard(&a, region_path);
+    sh_close(&a);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_RC(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), 0);
+    CHECK(access(region_path, F_OK) == 0);  /* the child's own, new region */
+    unlink(region_path);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
+    RUN(discarded_region_is_not_joined);
     RUN(wlock_holder_died_slot_reused);
     RUN(checkpointer_died_slot_reused);
     RUN(checkpointer_died_slot_free);

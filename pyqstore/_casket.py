@@ -42,6 +42,7 @@ _MISSING: Any = object()
 
 _NOTFOUND = lib.QS_NOTFOUND
 _KEYEXIST = lib.QS_KEYEXIST
+_NOATTACH = lib.QS_NOATTACH
 _NULL = ffi.NULL
 _u32 = struct.Struct("<I")
 _unpack_u32 = _u32.unpack_from
@@ -239,6 +240,8 @@ class Casket:
             opts.checkpoint_bytes = int(checkpoint_size)
         out = ffi.new("qs_casket **")
         rc = lib.qs_open(bpath, opts, out)
+        if rc == _NOATTACH:  # the region is what this user may not write
+            raise error_for(rc, "open", os.fsdecode(fspath) + "-shm")
         if rc:
             detail = ffi.string(lib.qs_open_detail()).decode("utf-8", "replace") or None
             raise error_for(rc, "open", fspath, detail)

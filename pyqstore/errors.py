@@ -53,8 +53,9 @@ class Error(Exception):
 
 
 class CorruptError(Error):
-    """The file is damaged, is not a pyqstore casket, or has a format
-    version this library cannot read."""
+    """The file is damaged, is not a pyqstore casket (an empty file is
+    not one, nor is a device or a pipe: "not a regular file"), or has a
+    format version this library cannot read."""
 
 
 class LockedError(Error):
@@ -151,7 +152,9 @@ class FileNotFound(Error, builtins.FileNotFoundError):
 
 
 class PermissionDenied(Error, builtins.PermissionError):
-    """EACCES/EPERM from a system call.  Also a PermissionError."""
+    """EACCES/EPERM from a system call.  Also a PermissionError.  Also
+    raised by a read-only open that may not write the region ``NAME-shm``
+    (named in the message) while other processes have the casket open."""
 
 
 class FileExists(Error, builtins.FileExistsError):
@@ -187,6 +190,8 @@ def _codes() -> dict[str, int]:
         "QS_RESFULL": lib.QS_RESFULL,
         "QS_SNAPSHOT_OLD": lib.QS_SNAPSHOT_OLD,
         "QS_INTR": lib.QS_INTR,
+        "QS_NOTFILE": lib.QS_NOTFILE,
+        "QS_NOATTACH": lib.QS_NOATTACH,
     }
 
 
@@ -211,6 +216,9 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_RESFULL": (FullError, None),
     "QS_SNAPSHOT_OLD": (SnapshotTooOldError, None),
     "QS_INTR": (Interrupted, None),
+    "QS_NOTFILE": (CorruptError, "not a regular file"),
+    "QS_NOATTACH": (PermissionDenied, "other processes have the casket open, and a "
+                    "read-only open that may not write this region cannot follow their changes"),
 }
 
 # errno -> OSError-flavoured class; anything else is IOError.
