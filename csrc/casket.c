@@ -29,8 +29,6 @@
 
 /* ---- small helpers -------------------------------------------------------- */
 
-/* Every public call is counted so qs_shutdown can wait for those running
- * and refuse new ones. */
 /* Bumped in the child of every fork(): a handle whose generation differs
  * was inherited, and its locks and shared state belong to the parent. */
 static atomic_uint fork_generation;
@@ -44,6 +42,8 @@ static int forked(const qs_casket *c)
     return c->fork_gen != atomic_load_explicit(&fork_generation, memory_order_relaxed);
 }
 
+/* Every public call is counted so qs_shutdown can wait for those running
+ * and refuse new ones. */
 int cs_enter_call(qs_casket *c)
 {
     if (forked(c))
@@ -669,10 +669,10 @@ static int refused(int rc)
            rc == QS_NOTRESERVED || rc == QS_RESFULL;
 }
 
-/* Runs fn in the writer's view: inside this thread's transaction, or as a
- * transaction of its own. */
 typedef cs_write_fn write_fn;
 
+/* Runs fn in the writer's view: inside this thread's transaction, or as a
+ * transaction of its own. */
 static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
 {
     if (c->readonly)
@@ -1954,7 +1954,7 @@ static int scratch_finish(qs_casket *t, int rc)
         rc = checkpoint_locked(t, PG_SIZE);
         writer_leave(t);
     }
-    if (rc == 0 && fsync(t->fd) != 0)
+    if (rc == 0 && os_fullsync(t->fd) != 0)
         rc = errno;
     return rc;
 }
@@ -2036,7 +2036,7 @@ static int do_compact(qs_casket *c)
     }
     /* A failed directory sync is reported, but the new file is in place
      * now and this handle must move to it either way. */
-    int dir_rc = fsync(dfd) != 0 ? errno : 0;
+    int dir_rc = os_fullsync(dfd) != 0 ? errno : 0;
     close(dfd);
     int newfd = t->fd;
     t->fd = -1;
@@ -2181,7 +2181,7 @@ static int do_backup(qs_casket *c, const char *dest)
      * at dest meanwhile. */
     if (rc == 0 && link(tmp, dest) != 0)
         rc = errno;
-    if (rc == 0 && fsync(dfd) != 0)
+    if (rc == 0 && os_fullsync(dfd) != 0)
         rc = errno;
     if (dfd >= 0)
         close(dfd);

@@ -145,7 +145,7 @@ static void fix_log(uint8_t *log, size_t n, int fix_salt)
     if (n < PG_SIZE)
         return;
     wr32(log + TR_PGNO, 0);
-    page_seal(log);
+    wal_page_seal(log);
     uint64_t salt = rd64(log + HDR_SALT);
     size_t off = PG_SIZE;
     while (n - off >= FRAME_HDR && rd32(log + off) == FRAME_MAGIC) {
@@ -161,7 +161,7 @@ static void fix_log(uint8_t *log, size_t n, int fix_salt)
         memcpy(page + he, f + hs, PG_SIZE - he);
         if (fix_salt)
             wr64(page + TR_SALT, salt);
-        page_seal(page);
+        wal_page_seal(page);
         /* Copy back everything after the hole: trailer, salt, checksum. */
         memcpy(f + hs, page + he, PG_SIZE - he);
         off += len;
@@ -354,7 +354,7 @@ static void run_one(const uint8_t *data, size_t size)
     if (flags & FL_FIX_MAIN)
         for (size_t i = 0; (i + 1) * PG_SIZE <= mlen; i++) {
             wr32(main + i * PG_SIZE + TR_PGNO, (uint32_t)i);
-            page_seal(main + i * PG_SIZE);
+            wal_page_seal(main + i * PG_SIZE);
         }
     if (flags & FL_FIX_LOG)
         fix_log(log, llen, flags & FL_FIX_SALT);

@@ -22,6 +22,19 @@ static inline int os_datasync(int fd)
 #endif
 }
 
+/* Makes the file (or a directory's entries) durable with its metadata: a
+ * file made by compaction or backup, and the directory that names it.
+ * Returns 0, or -1 with errno set.  As in os_datasync, macOS needs
+ * F_FULLFSYNC to reach the medium. */
+static inline int os_fullsync(int fd)
+{
+#if defined(__APPLE__)
+    if (fcntl(fd, F_FULLFSYNC) == 0)
+        return 0;
+#endif
+    return fsync(fd);
+}
+
 /* Starts writing [off, off + len) of the file to the device without
  * waiting for it, so that a later os_datasync finds less left to do.  A
  * hint: nothing is promised, and other systems do nothing. */

@@ -82,7 +82,7 @@ static int direct_write(pager *p, pg_buf **list, size_t n)
             pages[j] = list[j]->data;
             j++;
         }
-        rc = pages_write(p->fd, pages + i, j - i, (uint64_t)list[i]->pgno * PG_SIZE);
+        rc = wal_pages_write(p->fd, pages + i, j - i, (uint64_t)list[i]->pgno * PG_SIZE);
         i = j;
     }
     free(pages);
@@ -165,7 +165,7 @@ static int read_committed(pager *p, uint32_t pgno, uint8_t *page)
     if (pgno >= p->main_pages)
         return damaged(p, pgno, QS_CORRUPT);
     int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE);
-    return damaged(p, pgno, rc ? rc : page_verify(page, pgno));
+    return damaged(p, pgno, rc ? rc : wal_page_verify(page, pgno));
 }
 
 int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
@@ -183,7 +183,7 @@ static void build_header(uint8_t *page, const pg_meta *m)
     wr32(page + HDR_PAGESIZE, PG_SIZE);
     wr32(page + TR_PGNO, 0);
     meta_store(page + TR_META, m);
-    page_seal(page);
+    wal_page_seal(page);
 }
 
 static int main_size_pages(pager *p, uint64_t *pages)
@@ -236,7 +236,7 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
             rc = QS_NOTCASKET;
             goto fail;
         }
-        if (page_verify(page, 0) != 0)
+        if (wal_page_verify(page, 0) != 0)
             page0_bad = 1;  /* maybe torn by a checkpoint; the log may save us */
         else if (rd32(page + HDR_VERSION) != QS_FORMAT_VERSION) {
             rc = QS_VERSION;
@@ -406,7 +406,7 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
         if (v & DIRECT) {
             rc = pread_page(p->fd, b->data, (uint64_t)pgno * PG_SIZE);
             if (rc == 0)
-                rc = page_verify(b->data, pgno);
+                rc = wal_page_verify(b->data, pgno);
         } else
             rc = wal_read_frame(&p->log, v, pgno, b->data);
         if ((rc = damaged(p, pgno, rc)) != 0) {
@@ -952,7 +952,7 @@ static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
     if (!hm_get(&p->cache, pgno, &v))
         return;
     pg_buf *b = as_buf(v);
-    if (page && page_verify(page, pgno) == 0) {
+    if (page && wal_page_verify(page, pgno) == 0) {
         memcpy(b->data, page, PG_SIZE);
         b->checked = 0;     /* the tree checks its structure again */
         return;
@@ -972,7 +972,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         if (!page)
             return QS_NOMEM;
         rc = pread_page(p->fd, page, 0);
-        if (rc == 0 && (page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
+        if (rc == 0 && (wal_page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
             rc = QS_CORRUPT;
         if (rc == 0)
             meta_load(page + TR_META, &m);

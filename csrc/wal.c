@@ -34,12 +34,12 @@ static uint64_t page_sum(const uint8_t *page)
     return ck_sum64(page + he, TR_CHECKSUM - he, h);
 }
 
-void page_seal(uint8_t *page)
+void wal_page_seal(uint8_t *page)
 {
     wr64(page + TR_CHECKSUM, page_sum(page));
 }
 
-int page_verify(const uint8_t *page, uint32_t pgno)
+int wal_page_verify(const uint8_t *page, uint32_t pgno)
 {
     if (rd64(page + TR_CHECKSUM) != page_sum(page))
         return QS_CORRUPT;
@@ -91,7 +91,7 @@ int wal_read_header(wal *w)
         return QS_NOMEM;
     int rc = pread_full(w->fd, h, PG_SIZE, 0);
     if (rc == 0) {
-        if (memcmp(h, LOG_MAGIC, 8) != 0 || page_verify(h, 0) != 0 ||
+        if (memcmp(h, LOG_MAGIC, 8) != 0 || wal_page_verify(h, 0) != 0 ||
             rd32(h + HDR_PAGESIZE) != PG_SIZE)
             rc = QS_CORRUPT;
         else if (rd32(h + HDR_VERSION) != QS_FORMAT_VERSION)
@@ -134,7 +134,7 @@ int wal_reset(wal *w, uint64_t base_txn)
     wr64(h + HDR_SALT, salt);
     wr64(h + HDR_BASE_TXN, base_txn);
     wr32(h + TR_PGNO, 0);
-    page_seal(h);
+    wal_page_seal(h);
     int rc = pwrite_full(w->fd, h, PG_SIZE, 0);
     free(h);
     if (rc)
@@ -160,7 +160,7 @@ void wal_stamp(const wal *w, uint8_t *page, uint32_t pgno, uint64_t txn,
         meta_store(page + TR_META, meta);
         wr64(page + TR_SYNCED, w->synced);
     }
-    page_seal(page);
+    wal_page_seal(page);
 }
 
 /* A pending transaction's frames, held until its commit frame is seen. */
@@ -270,7 +270,7 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
                     rd64(after_hole + (TR_SYNCED - he)) > bad) {
                     uint32_t n;
                     if (frame_decode(m, avail, page, &n) == 0 &&
-                        page_verify(page, rd32(page + TR_PGNO)) == 0 && rd32(page + TR_PGNO) != 0) {
+                        wal_page_verify(page, rd32(page + TR_PGNO)) == 0 && rd32(page + TR_PGNO) != 0) {
                         *claim_off = bstart + at;
                         *claim_synced = rd64(page + TR_SYNCED);
                         return 0;
@@ -316,7 +316,7 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
             break;
         uint32_t pgno = rd32(page + TR_PGNO);
         uint64_t txn = rd64(page + TR_TXN);
-        if ((!trusted && page_verify(page, pgno) != 0) || pgno == 0 ||
+        if ((!trusted && wal_page_verify(page, pgno) != 0) || pgno == 0 ||
             rd64(page + TR_SALT) != w->salt ||
             txn <= last_txn || (pend.n > 0 && txn != cur_txn))
             break;
@@ -498,7 +498,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
     return 0;
 }
 
-int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
+int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
 {
     enum { BATCH = 64 };
     struct iovec iov[BATCH];
@@ -533,7 +533,7 @@ int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page)
     }
     uint32_t len;
     int rc = frame_decode(buf, got, page, &len);
-    return rc ? rc : page_verify(page, pgno);
+    return rc ? rc : wal_page_verify(page, pgno);
 }
 
 int wal_sync(wal *w)

@@ -104,7 +104,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
 
 /* Writes n whole pages to fd at off, contiguously (pwritev in batches).
  * Returns 0 or errno. */
-int pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
+int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
 
 /* Reads the frame at off into page (a whole page image) and checks its
  * checksum and pgno.  Returns 0, QS_CORRUPT, or errno. */
@@ -118,9 +118,9 @@ int wal_sync(wal *w);
 int wal_shrink(wal *w, uint64_t keep);
 
 /* Checks a page image's checksum and page number: 0 or QS_CORRUPT. */
-int page_verify(const uint8_t *page, uint32_t pgno);
+int wal_page_verify(const uint8_t *page, uint32_t pgno);
 
 /* Sets a page image's checksum (after its trailer fields are filled). */
-void page_seal(uint8_t *page);
+void wal_page_seal(uint8_t *page);
 
 #endif
