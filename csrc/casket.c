@@ -139,41 +139,6 @@ void qs_locked_by(qs_lock_holder *out)
         *out = locked_by;
 }
 
-const char *qs_strerror(int rc)
-{
-    switch (rc) {
-    case QS_OK: return "success";
-    case QS_NOTFOUND: return "not found";
-    case QS_KEYEXIST: return "key already has a value";
-    case QS_CORRUPT: return "casket is corrupt (a page failed its checksum or structure check)";
-    case QS_NOTCASKET: return "not a pyqstore casket (bad magic number)";
-    case QS_VERSION: return "unsupported casket format version";
-    case QS_LOCKED: return "casket is locked by another thread or process (lock_timeout passed)";
-    case QS_FORKED:
-        return "casket handle inherited across fork(); open the casket again in the child";
-    case QS_READONLY: return "casket is open read-only";
-    case QS_TXN: return "transaction misuse (nested begin, or no transaction of this thread)";
-    case QS_INVAL: return "invalid argument";
-    case QS_NOMEM: return "out of memory";
-    case QS_TOOBIG: return "key or value too long";
-    case QS_CLOSED: return "casket is closed";
-    case QS_FULL: return "casket is full (2^32 pages)";
-    case QS_RESFULL: return "too many items reserved at once (the casket holds 49,152)";
-    case QS_SNAPSHOT_OLD:
-        return "snapshot too old: the log outgrew its limit and was checkpointed under it";
-    case QS_INTR: return "interrupted by a signal while waiting (nothing was taken)";
-    case QS_NOTRESERVED: return "item is not reserved under this token (acknowledged, released, or its lease expired)";
-    case QS_NOTFILE: return "not a regular file (a device, pipe or socket)";
-    case QS_NOATTACH:
-        return "other processes have the casket open and this one may not write its region "
-               "NAME-shm, which a read-only open needs to follow their changes";
-    default:
-        if (rc > 0)
-            return strerror(rc);
-        return "unknown error";
-    }
-}
-
 void qs_free(void *p) { free(p); }
 
 void qs_options_init(qs_options *o)

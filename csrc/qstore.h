@@ -12,7 +12,33 @@
  * the negative QS_* codes below, or a positive errno value from a failed
  * system call.  qs_strerror() describes all three kinds.  Unless a function
  * says otherwise, a failed call changed nothing: the casket and the caller's
- * transaction are as they were before the call.
+ * transaction are as they were before the call.  The exceptions, which
+ * return something else: qs_in_transaction (a truth value), qs_corrupt_page
+ * (a page number), and qs_queue_put_id, which returns an id (>= 1) on
+ * success and so cannot give an errno as a positive value: it returns a
+ * QS_* code as it is and an errno e negated, as -e.  The two ranges never
+ * meet (QS_* codes are below -32000, errno values below 4096), so
+ * `r <= QS_NOTFOUND ? r : -r` turns a failed r back into the code the other
+ * functions return; it is the one function whose failures need this, kept
+ * so because a put then returns its id without an out-parameter.
+ *
+ * Closed and forked handles, for every function below that takes a
+ * qs_casket, or a qs_cursor or qs_queue made from one, unless it says
+ * otherwise: a NULL handle is QS_INVAL; in a child process that inherited
+ * the handle through fork() the call fails with QS_FORKED (the parent's
+ * locks and shared state are not the child's: the child opens the casket
+ * again); once qs_shutdown or qs_close has begun on the casket it fails
+ * with QS_CLOSED (a call already running when qs_shutdown began finishes
+ * first, and a blocked wait returns QS_CLOSED).  Either failure changes
+ * nothing, and out-parameters are as the function leaves them on any
+ * failure.  Not checked by qs_set_sync, qs_in_transaction and
+ * qs_corrupt_page (they only read or set a field of the handle, whose
+ * memory stays valid until qs_close), qs_queue_new (it only names the
+ * queue: the calls on it fail instead), and the freeing calls
+ * qs_cursor_close, qs_queue_free and qs_close, which ignore NULL (qs_close
+ * in a forked child frees the copy's memory and descriptors without
+ * touching what the parent shares, and returns 0); qs_shutdown returns
+ * QS_FORKED in a forked child and 0 when called again.
  *
  * Memory.  Byte strings returned through `void **` out-parameters are
  * allocated by the library and owned by the caller, who releases them with
@@ -62,13 +88,15 @@ enum {
     QS_NOMEM = -32010,      /* an allocation failed */
     QS_TOOBIG = -32011,     /* key longer than QS_MAX_KEY or value longer
                                than QS_MAX_VALUE */
-    QS_CLOSED = -32012,     /* the handle was closed */
+    QS_CLOSED = -32012,     /* the handle was closed (see "Closed and
+                               forked handles" above) */
     QS_FULL = -32013,       /* the file would exceed 2^32 pages */
     QS_NOTRESERVED = -32014, /* qs_queue_ack/release: the item is not
                                reserved under this token (acknowledged,
                                released, or its lease expired) */
     QS_FORKED = -32015,     /* the handle was opened in the parent of a
-                               fork(): a child must open the casket itself */
+                               fork(): a child must open the casket itself
+                               (see "Closed and forked handles" above) */
     QS_RESFULL = -32016,    /* qs_queue_reserve: the casket's table of
                                reservations held at once (49,152, over all
                                handles and processes) is full */
@@ -447,9 +475,9 @@ int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out);
 void qs_queue_free(qs_queue *q);
 
 /* qs_queue_put on q, returning the new item's id (>= 1) rather than taking
- * a pointer for it; on failure a negative value: a QS_* code as qs_queue_put
- * returns it, or -e for an errno e (so the two never collide: QS_* codes
- * are below -32000, errno values below 4096). */
+ * a pointer for it.  On failure a negative value (see "Return codes"
+ * above): a QS_* code as qs_queue_put returns it, or -e for an errno e.
+ * Fails as qs_queue_put, and with QS_CLOSED/QS_FORKED for q's casket. */
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
 
 /* Appends n items in one call and one transaction (or as part of the

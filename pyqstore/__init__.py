@@ -29,7 +29,8 @@ from .errors import (
     ForkedError,
     InvalidArgumentError,
     Interrupted,
-    IOError,  # noqa: F401 - public, but kept out of __all__
+    IOError,  # noqa: F401 - IOFailure's old name, kept out of __all__
+    IOFailure,
     KeyExistsError,
     LockedError,
     NoMemoryError,
@@ -37,13 +38,15 @@ from .errors import (
     NotReservedError,
     PermissionDenied,
     ReadOnlyError,
+    ReservationsFullError,
     SnapshotTooOldError,
     TooBigError,
     TransactionError,
 )
 
-# IOError is reachable as pyqstore.IOError but left out of __all__ so that
-# "from pyqstore import *" does not shadow the built-in name.
+# IOError, the old name of IOFailure, is reachable as pyqstore.IOError but
+# left out of __all__ so that "from pyqstore import *" does not shadow the
+# built-in name.
 __all__ = [
     "__version__",
     "open",
@@ -68,9 +71,11 @@ __all__ = [
     "Interrupted",
     "NoMemoryError",
     "FullError",
+    "ReservationsFullError",
     "ForkedError",
     "SnapshotTooOldError",
     "FileNotFound",
     "PermissionDenied",
     "FileExists",
+    "IOFailure",
 ]

@@ -26,6 +26,9 @@ __all__ = [
     "InvalidArgumentError",
     "NoMemoryError",
     "FullError",
+    "ReservationsFullError",
+    "ForkedError",
+    "SnapshotTooOldError",
     "NotReservedError",
     "DecodeError",
     "Empty",
@@ -33,9 +36,11 @@ __all__ = [
     "FileNotFound",
     "PermissionDenied",
     "FileExists",
-    "IOError",
+    "IOFailure",
     "error_for",
 ]
+# IOError, the old name of IOFailure, stays importable but is left out of
+# __all__: "from pyqstore.errors import *" must not shadow the built-in.
 
 
 class Error(Exception):
@@ -101,8 +106,23 @@ class NoMemoryError(Error, MemoryError):
 
 
 class FullError(Error):
-    """The casket would exceed 2**32 pages, or a reserve found the casket
-    holding as many reserved items as it can (49,152 at once)."""
+    """The casket would exceed 2**32 pages (QS_FULL).  Fatal for the
+    transaction the write ran in: it can only be aborted.  Not raised for
+    a full reservation table (:class:`ReservationsFullError`) nor, when
+    bounded queues come, for a queue that has no room (that will be
+    ``Full``, also a :class:`queue.Full`)."""
+
+
+class ReservationsFullError(Error):
+    """A reserve found the casket holding as many reserved items as it can
+    (49,152 at once; QS_RESFULL).  A refusal: nothing changed, the
+    transaction goes on, and the reserve can be retried once other
+    reservations end (ack, release, lease).
+
+    Deliberately not a :class:`FullError` (which reserve raised for this
+    before): ``except FullError`` handles a spoiled transaction -- abort,
+    make room in the file -- and would abort work that only has to wait
+    and retry here."""
 
 
 class ForkedError(Error):
@@ -161,42 +181,26 @@ class FileExists(Error, builtins.FileExistsError):
     """EEXIST from a system call.  Also a FileExistsError."""
 
 
-class IOError(Error, builtins.OSError):  # noqa: A001 - deliberate name
+class IOFailure(Error, builtins.OSError):
     """Any other failed system call (ENOSPC, EIO, ...).  Also an OSError,
-    with ``errno``, ``strerror`` and ``filename`` set."""
+    with ``errno``, ``strerror`` and ``filename`` set.
+
+    Named like its siblings FileNotFound, PermissionDenied and FileExists
+    (the condition, without the built-ins' "Error"); it was called IOError,
+    which tracebacks showed as if it were the built-in (an alias of
+    OSError).  ``IOError`` remains an alias of this class."""
 
 
-def _codes() -> dict[str, int]:
-    # Imported lazily so this module can be imported (e.g. for docs)
-    # without the compiled extension.
-    from ._qstore import lib
-
-    return {
-        "QS_NOTFOUND": lib.QS_NOTFOUND,
-        "QS_KEYEXIST": lib.QS_KEYEXIST,
-        "QS_CORRUPT": lib.QS_CORRUPT,
-        "QS_NOTCASKET": lib.QS_NOTCASKET,
-        "QS_VERSION": lib.QS_VERSION,
-        "QS_LOCKED": lib.QS_LOCKED,
-        "QS_READONLY": lib.QS_READONLY,
-        "QS_TXN": lib.QS_TXN,
-        "QS_INVAL": lib.QS_INVAL,
-        "QS_NOMEM": lib.QS_NOMEM,
-        "QS_TOOBIG": lib.QS_TOOBIG,
-        "QS_CLOSED": lib.QS_CLOSED,
-        "QS_FULL": lib.QS_FULL,
-        "QS_NOTRESERVED": lib.QS_NOTRESERVED,
-        "QS_FORKED": lib.QS_FORKED,
-        "QS_RESFULL": lib.QS_RESFULL,
-        "QS_SNAPSHOT_OLD": lib.QS_SNAPSHOT_OLD,
-        "QS_INTR": lib.QS_INTR,
-        "QS_NOTFILE": lib.QS_NOTFILE,
-        "QS_NOATTACH": lib.QS_NOATTACH,
-    }
+#: The old name of :class:`IOFailure`, kept so existing ``except
+#: pyqstore.IOError`` code works; the same class, not a subclass.
+IOError = IOFailure  # noqa: A001 - the public old name, on purpose
 
 
-# The one table: C code name -> (exception class, message override or None).
-# With no override the message is qs_strerror(code).
+# The one table: name of a C code (the enum of csrc/qstore.h) -> (exception
+# class, message override or None; without one the message is
+# qs_strerror(code)).  The codes' values are read from the extension by name
+# (_table), so they are written out only in qstore.h; tests/test_errors.py
+# checks that every code from QS_NOTFOUND to QS_LAST_ERRCODE is here.
 _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_NOTFOUND": (NotFoundError, None),
     "QS_KEYEXIST": (KeyExistsError, None),
@@ -213,7 +217,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_FULL": (FullError, None),
     "QS_NOTRESERVED": (NotReservedError, None),
     "QS_FORKED": (ForkedError, None),
-    "QS_RESFULL": (FullError, None),
+    "QS_RESFULL": (ReservationsFullError, None),
     "QS_SNAPSHOT_OLD": (SnapshotTooOldError, None),
     "QS_INTR": (Interrupted, None),
     "QS_NOTFILE": (CorruptError, "not a regular file"),
@@ -221,7 +225,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
                     "read-only open that may not write this region cannot follow their changes"),
 }
 
-# errno -> OSError-flavoured class; anything else is IOError.
+# errno -> OSError-flavoured class; anything else is IOFailure.
 _ERRNO_TABLE: dict[int, type[Error]] = {
     _errno.ENOENT: FileNotFound,
     _errno.EACCES: PermissionDenied,
@@ -235,8 +239,11 @@ _by_code: Optional[dict[int, tuple[type[Error], Optional[str]]]] = None
 def _table() -> dict[int, tuple[type[Error], Optional[str]]]:
     global _by_code
     if _by_code is None:
-        codes = _codes()
-        _by_code = {codes[name]: entry for name, entry in _CODE_TABLE.items()}
+        # Imported lazily so this module can be imported (e.g. for docs)
+        # without the compiled extension.
+        from ._qstore import lib
+
+        _by_code = {getattr(lib, name): entry for name, entry in _CODE_TABLE.items()}
     return _by_code
 
 
@@ -293,7 +300,7 @@ def error_for(
     where = op if queue is None else f"{op} queue {queue!r} of"
     where += _describe_path(path)
     if rc > 0:
-        cls = _ERRNO_TABLE.get(rc, IOError)
+        cls = _ERRNO_TABLE.get(rc, IOFailure)
         strerror = detail or os.strerror(rc)
         exc = cls(rc, f"{op}: {strerror}", path)
     else:

@@ -875,14 +875,14 @@ def test_error_table():
     assert isinstance(e, pyqstore.InvalidArgumentError) and isinstance(e, ValueError)
     e = error_for(lib.QS_NOMEM, "put")
     assert isinstance(e, pyqstore.NoMemoryError) and isinstance(e, MemoryError)
-    assert isinstance(error_for(lib.QS_FULL, "put"), Error)
+    assert type(error_for(lib.QS_FULL, "put")) is pyqstore.FullError
     e = error_for(2, "open", "/nope")
     assert isinstance(e, FileNotFoundError) and isinstance(e, Error)
     assert e.errno == 2 and e.filename == "/nope" and e.strerror
     e = error_for(13, "open", "/p")
     assert isinstance(e, PermissionError) and isinstance(e, Error)
     e = error_for(28, "commit", "/p")
-    assert isinstance(e, OSError) and isinstance(e, pyqstore.IOError) and e.errno == 28
+    assert isinstance(e, OSError) and isinstance(e, pyqstore.IOFailure) and e.errno == 28
     for code in range(lib.QS_LAST_ERRCODE, lib.QS_NOTFOUND + 1):
         e = error_for(code, "op")
         assert isinstance(e, Error) and e.code == code and str(e)

@@ -270,7 +270,7 @@ def test_full_disk_new_casket(small_fs):
         try:
             pyqstore.open(os.path.join(small_fs, "x.qs"), "c")
         except OSError as e:
-            return e.errno, isinstance(e, pyqstore.IOError)
+            return e.errno, isinstance(e, pyqstore.IOFailure)
         return None
 
     assert in_child(create) == (errno.ENOSPC, True)

@@ -758,7 +758,8 @@ def test_reservations_of_one_transaction_share_one_room(path):
     transaction reserving in many queues must count all of them against it
     (it once counted each queue's alone, and what did not fit was dropped at
     commit, leaving held items gettable).  Each reserve past the room is
-    refused with FullError and the transaction goes on; every reservation
+    refused with ReservationsFullError (not a FullError: nothing is
+    spoiled) and the transaction goes on; every reservation
     granted is in force after the commit, and another handle gets exactly
     the items nobody holds."""
     room = 65536 // 4 * 3
@@ -774,7 +775,8 @@ def test_reservations_of_one_transaction_share_one_room(path):
             for _ in range(per_queue):
                 try:
                     held.append(q.reserve(timeout=0))
-                except pyqstore.errors.FullError as e:
+                except pyqstore.ReservationsFullError as e:
+                    assert not isinstance(e, pyqstore.FullError)
                     assert e.code == lib.QS_RESFULL and "reserved" in str(e)
                     refused += 1
     assert len(held) == room and refused == queues * per_queue - room
