@@ -201,6 +201,7 @@ class Casket:
         lock_timeout: float = 5.0,
         cache_size: Optional[int] = None,
         checkpoint_size: Optional[int] = None,
+        mode: int = 0o644,
     ) -> None:
         """Open the casket at ``path``; see :func:`pyqstore.open`."""
         # Closing protocol.  close() calls qs_shutdown, which waits for the
@@ -228,10 +229,15 @@ class Casket:
                     raise ValueError(f"{what} must be >= 0")
         if not seconds_arg(lock_timeout, "lock_timeout") >= 0:
             raise ValueError("lock_timeout must be >= 0")
+        if isinstance(mode, bool) or not isinstance(mode, int):
+            raise TypeError(f"mode must be an int (permission bits), not {type(mode).__name__}")
+        if not 0 <= mode <= 0o7777:
+            raise ValueError(f"mode must be permission bits between 0 and 0o7777, not {mode:#o}")
 
         opts = ffi.new("qs_options *")
         lib.qs_options_init(opts)
-        opts.mode = _FLAGS[flag]
+        opts.flag = _FLAGS[flag]
+        opts.perm = mode
         opts.sync = 1 if sync else 0
         opts.lock_timeout = float(lock_timeout)
         if cache_size is not None:
@@ -853,6 +859,7 @@ def open(
     lock_timeout: float = 5.0,
     cache_size: Optional[int] = None,
     checkpoint_size: Optional[int] = None,
+    mode: int = 0o644,
 ) -> Casket:
     """Open a casket.
 
@@ -870,12 +877,17 @@ def open(
             256 MiB); a bigger transaction spills dirty pages to the file.
         checkpoint_size: log size in bytes that triggers a checkpoint
             (None: the default, 4 MiB).
+        mode: the permission bits of every file the open creates (the
+            casket, ``path + "-log"`` and ``path + "-shm"``), less the
+            umask, as in :func:`os.open` and :func:`dbm.open`.  Files that
+            exist keep theirs; :meth:`Casket.compact` keeps the main
+            file's, :meth:`Casket.backup` gives ``dest`` this mode.
 
     Raises:
-        ValueError: for a bad flag.
+        ValueError: for a bad flag, or mode outside 0..0o7777.
         FileNotFound: (also FileNotFoundError) for "r"/"w" on a missing file.
         CorruptError: when the file is damaged or not a casket.
         LockedError: when another process holds the casket.
     """
     return Casket(path, flag, sync=sync, lock_timeout=lock_timeout,
-                  cache_size=cache_size, checkpoint_size=checkpoint_size)
+                  cache_size=cache_size, checkpoint_size=checkpoint_size, mode=mode)
