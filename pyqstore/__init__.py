@@ -38,6 +38,7 @@ from .errors import (
     PermissionDenied,
     ReadOnlyError,
     SnapshotTooOldError,
+    StorageError,
     TooBigError,
     TransactionError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "Queue",
     "Item",
     "Error",
+    "StorageError",
     "Empty",
     "NotReservedError",
     "DecodeError",
