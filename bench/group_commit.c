@@ -55,7 +55,7 @@ static double run(const char *dir, int threads, double seconds)
     snprintf(path, sizeof path, "%s/gc-%d.qs", dir, threads);
     qs_options o;
     qs_options_init(&o);
-    o.mode = QS_OPEN_NEW;
+    o.flag = QS_OPEN_NEW;
     o.sync = 1;
     int rc = qs_open(path, &o, &g_casket);
     if (rc) {

@@ -132,7 +132,7 @@ def run_native(d, ids):
     from pyqstore._qstore import ffi, lib
     opts = ffi.new("qs_options *")
     lib.qs_options_init(opts)
-    opts.mode = getattr(lib, "QS_OPEN_NEW", 3)
+    opts.flag = getattr(lib, "QS_OPEN_NEW", 3)
     opts.sync = 1
     out = ffi.new("qs_casket **")
     path = os.path.join(d, "seed.qdb").encode()

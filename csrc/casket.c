@@ -144,7 +144,8 @@ void qs_free(void *p) { free(p); }
 void qs_options_init(qs_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->mode = QS_OPEN_CREATE;
+    o->flag = QS_OPEN_CREATE;
+    o->perm = 0644;
     o->sync = 1;
     o->lock_timeout = 5.0;
 }
@@ -966,8 +967,8 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         o = *opts;
     else
         qs_options_init(&o);
-    if (o.mode < QS_OPEN_READ || o.mode > QS_OPEN_NEW || !(o.lock_timeout >= 0) ||
-        isinf(o.lock_timeout))
+    if (o.flag < QS_OPEN_READ || o.flag > QS_OPEN_NEW || o.perm > 07777 ||
+        !(o.lock_timeout >= 0) || isinf(o.lock_timeout))
         return QS_INVAL;
     pthread_once(&fork_once, install_fork_hook);
     qs_casket *c = calloc(1, sizeof *c);
@@ -976,7 +977,8 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     c->fd = c->log_fd = -1;
     c->fork_gen = atomic_load(&fork_generation);
     c->lock_timeout = o.lock_timeout;
-    c->readonly = o.mode == QS_OPEN_READ;
+    c->perm = o.perm;
+    c->readonly = o.flag == QS_OPEN_READ;
     atomic_init(&c->sync, o.sync ? 1 : 0);
     atomic_init(&c->owner, 0);
     c->checkpoint_bytes = o.checkpoint_bytes ? o.checkpoint_bytes : DEFAULT_CHECKPOINT;
@@ -994,7 +996,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
             rc = EISDIR;
         else if (!S_ISREG(st.st_mode))
             rc = QS_NOTFILE;
-    } else if (errno != ENOENT || o.mode < QS_OPEN_CREATE) {
+    } else if (errno != ENOENT || o.flag < QS_OPEN_CREATE) {
         rc = errno;
     }
     if (rc)
@@ -1017,7 +1019,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
             faccessat(AT_FDCWD, sp, F_OK, AT_EACCESS) != 0)
             rc = EACCES;
         else
-            rc = sh_open(&c->sh, sp, o.lock_timeout, &alone);
+            rc = sh_open(&c->sh, sp, (mode_t)o.perm, o.lock_timeout, &alone);
         if (rc == 0) {
             c->shared = 1;
         } else if (c->readonly && (rc == EACCES || rc == EPERM || rc == EROFS)) {
@@ -1031,9 +1033,9 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         }
     }
     int flags = c->readonly ? O_RDONLY : O_RDWR;
-    if (o.mode >= QS_OPEN_CREATE)
+    if (o.flag >= QS_OPEN_CREATE)
         flags |= O_CREAT;
-    if ((rc = os_open_regular(path, flags, QS_NOTFILE, &c->fd, &made_main)) != 0)
+    if ((rc = os_open_regular(path, flags, (mode_t)o.perm, QS_NOTFILE, &c->fd, &made_main)) != 0)
         goto fail;
     if (observe)
         rc = sh_observe(c->fd, sp);
@@ -1045,17 +1047,28 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
         rc = errno;
         goto fail;
     }
-    rc = os_open_regular(lp, c->readonly ? O_RDONLY : O_RDWR | O_CREAT, QS_NOTFILE, &c->log_fd,
-                         &made_log);
+    rc = os_open_regular(lp, c->readonly ? O_RDONLY : O_RDWR | O_CREAT, (mode_t)o.perm, QS_NOTFILE,
+                         &c->log_fd, &made_log);
     if (rc == ENOENT && c->readonly)
         rc = 0;     /* a read-only handle reads a casket without a log */
     else if (rc)
         goto fail;
-    if (o.mode == QS_OPEN_NEW && !alone) {
+    if (o.flag == QS_OPEN_NEW && !alone) {
         rc = QS_LOCKED;     /* cannot empty it under other handles */
+        uint32_t mine, others = c->shared ? sh_others(&c->sh, &mine) : 0;
+        if (others && mine == others)
+            snprintf(open_detail, sizeof open_detail,
+                     "flag 'n' cannot empty the casket while %u other handle%s of this "
+                     "process %s it open", (unsigned)mine, mine == 1 ? "" : "s",
+                     mine == 1 ? "has" : "have");
+        else
+            snprintf(open_detail, sizeof open_detail,
+                     "flag 'n' cannot empty the casket while other handles have it open "
+                     "(%u of this process, %u of other processes)", (unsigned)mine,
+                     (unsigned)(others - mine));
         goto fail;
     }
-    if (o.mode == QS_OPEN_NEW) {
+    if (o.flag == QS_OPEN_NEW) {
         if (ftruncate(c->fd, 0) != 0 || ftruncate(c->log_fd, 0) != 0) {
             rc = errno;
             goto fail;
@@ -1064,7 +1077,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     }
     /* An empty file this open did not make may be anyone's: only "n"
      * overwrites it. */
-    int create = st.st_size == 0 && !c->readonly && (made_main || o.mode == QS_OPEN_NEW);
+    int create = st.st_size == 0 && !c->readonly && (made_main || o.flag == QS_OPEN_NEW);
     if (st.st_size == 0 && !create) {
         rc = QS_NOTCASKET;
         goto fail;
@@ -1890,12 +1903,14 @@ static int copy_records(pager *src, pager *dst, qs_casket *counted)
 }
 
 /* A private casket a copy is written into (compaction, backup): no region,
- * no sync per commit (it is synced once, whole, by scratch_finish). */
-static int scratch_open(const char *path, qs_casket **out)
+ * no sync per commit (it is synced once, whole, by scratch_finish); its
+ * file is created with permission bits perm. */
+static int scratch_open(const char *path, unsigned perm, qs_casket **out)
 {
     qs_options o;
     qs_options_init(&o);
-    o.mode = QS_OPEN_NEW;
+    o.flag = QS_OPEN_NEW;
+    o.perm = perm;
     o.sync = 0;
     o.lock_timeout = 0;
     return open_casket(path, &o, 0, out);
@@ -1975,8 +1990,19 @@ static int do_compact(qs_casket *c)
     snprintf(tmplog, n + 32, "%s-compact%s", c->path, LOG_SUFFIX);
     if ((rc = heal(c)) != 0 || (rc = checkpoint_locked(c, PG_SIZE)) != 0)
         goto out;
-    if ((rc = scratch_open(tmp, &t)) != 0)
+    /* The compacted file replaces the main file: it keeps its bits exactly
+     * (the umask applied at its creation, not now). */
+    struct stat ms;
+    if (fstat(c->fd, &ms) != 0) {
+        rc = errno;
         goto out;
+    }
+    if ((rc = scratch_open(tmp, ms.st_mode & 07777, &t)) != 0)
+        goto out;
+    if (fchmod(t->fd, ms.st_mode & 07777) != 0) {
+        rc = errno;
+        goto out;
+    }
     pthread_mutex_lock(&c->mu);
     t->pg.next_txn = c->pg.next_txn;
     pg_begin(&t->pg);
@@ -2055,7 +2081,8 @@ static int do_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache
     *out = NULL;
     qs_options o;
     qs_options_init(&o);
-    o.mode = QS_OPEN_READ;
+    o.flag = QS_OPEN_READ;
+    o.perm = c->perm;
     o.lock_timeout = c->lock_timeout;
     o.cache_bytes = cache_bytes;
     o.checkpoint_bytes = c->checkpoint_bytes;
@@ -2136,7 +2163,7 @@ static int do_backup(qs_casket *c, const char *dest)
         rc = EEXIST;
         goto out;
     }
-    if ((rc = do_snapshot_open(c, 0, 0, &s)) != 0 || (rc = scratch_open(tmp, &t)) != 0)
+    if ((rc = do_snapshot_open(c, 0, 0, &s)) != 0 || (rc = scratch_open(tmp, c->perm, &t)) != 0)
         goto out;
     rc = scratch_finish(t, backup_copy(c, s, t));
     int dfd = -1;

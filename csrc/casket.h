@@ -65,6 +65,7 @@ struct qs_casket {
     uint64_t seen_seq;          /* the shared commit count our view reflects */
     uint64_t wrote_seq;         /* ... right after our last own commit */
     double lock_timeout;
+    unsigned perm;              /* qs_options.perm: bits of the files it creates */
     int frozen;                 /* a snapshot (qs_snapshot_open): the view
                                    stays at one commit, pinned in the region */
     /* a running compaction or backup: records copied, records to copy */

@@ -368,7 +368,7 @@ static void run_one(const uint8_t *data, size_t size)
 
     /* 1. read-only: the files exactly as given. */
     write_files(main, mlen, log, llen, flags);
-    o.mode = QS_OPEN_READ;
+    o.flag = QS_OPEN_READ;
     int rc = qs_open(g_main, &o, &c);
     if (g_verbose)
         fprintf(stderr, " flags %#x main %zu log %zu: open r: %s\n", flags, mlen, llen,
@@ -380,7 +380,7 @@ static void run_one(const uint8_t *data, size_t size)
 
     /* 2. read-write: recovery, checkpoint, new log generation. */
     write_files(main, mlen, log, llen, flags);
-    o.mode = QS_OPEN_WRITE;
+    o.flag = QS_OPEN_WRITE;
     rc = qs_open(g_main, &o, &c);
     int opened = rc == 0;
     if (g_verbose)
@@ -392,7 +392,7 @@ static void run_one(const uint8_t *data, size_t size)
 
     /* 3. what the read-write handle left behind, read-only. */
     if (opened) {
-        o.mode = QS_OPEN_READ;
+        o.flag = QS_OPEN_READ;
         rc = qs_open(g_main, &o, &c);
         if (g_verbose)
             fprintf(stderr, " reopen r: %s\n", qs_strerror(rc));

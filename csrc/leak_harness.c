@@ -171,7 +171,7 @@ static const char Q1[] = "jobs", Q2[] = "fan-a", Q3[] = "fan-b";
 static void opts_for(qs_options *o, int mode)
 {
     qs_options_init(o);
-    o->mode = mode;
+    o->flag = mode;
     o->sync = 0;
     o->lock_timeout = 0;
     o->cache_bytes = 256 * 1024;

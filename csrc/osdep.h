@@ -50,19 +50,20 @@ static inline void os_write_behind(int fd, uint64_t off, uint64_t len)
 }
 
 /* Opens one of the casket's files (flags O_RDONLY or O_RDWR, perhaps
- * O_CREAT) and refuses anything but a regular file: a pipe would block the
+ * O_CREAT: then created with permission bits perm, less the umask) and
+ * refuses anything but a regular file: a pipe would block the
  * open, a device or directory is nobody's casket.  *created says whether
  * this call created it (so that a failed open can remove only what it
  * made).  Returns 0 (*fd open), EISDIR, notfile (the caller's code for "not
  * a regular file") or errno. */
-static inline int os_open_regular(const char *path, int flags, int notfile, int *fd,
+static inline int os_open_regular(const char *path, int flags, mode_t perm, int notfile, int *fd,
                                   int *created)
 {
     *created = 0;
     for (int tries = 0;; tries++) {
         int f;
         if (flags & O_CREAT) {
-            f = open(path, flags | O_EXCL | O_NONBLOCK | O_CLOEXEC, 0644);
+            f = open(path, flags | O_EXCL | O_NONBLOCK | O_CLOEXEC, perm);
             if (f >= 0) {
                 *created = 1;
             } else if (errno == EEXIST) {

@@ -122,7 +122,7 @@ enum {
     QS_FORMAT_VERSION = 1
 };
 
-/* Open modes, as in the dbm module: "r" "w" "c" "n". */
+/* Open flags (qs_options.flag), as in the dbm module: "r" "w" "c" "n". */
 enum {
     QS_OPEN_READ = 0,       /* read-only; the file must exist */
     QS_OPEN_WRITE = 1,      /* read-write; the file must exist */
@@ -134,7 +134,12 @@ typedef struct qs_casket qs_casket;
 typedef struct qs_cursor qs_cursor;
 
 typedef struct qs_options {
-    int mode;               /* one of QS_OPEN_* */
+    int flag;               /* one of QS_OPEN_* (dbm's "flag") */
+    unsigned perm;          /* permission bits of every file the open
+                               creates (the casket, its -log and -shm),
+                               before the umask, as open(2)'s mode
+                               (dbm's "mode"); qs_options_init: 0644.
+                               Files that exist keep theirs. */
     int sync;               /* nonzero: commit returns only once durable */
     double lock_timeout;    /* seconds to wait for the write lock held by
                                another process or by another thread's
@@ -172,19 +177,23 @@ const char *qs_strerror(int rc);
 /* Releases memory returned by this library.  NULL is ignored. */
 void qs_free(void *p);
 
-/* Fills *opts with the defaults: QS_OPEN_CREATE, sync on, 5 s lock timeout. */
+/* Fills *opts with the defaults: QS_OPEN_CREATE, perm 0644, sync on, 5 s
+ * lock timeout. */
 void qs_options_init(qs_options *opts);
 
 /* Opens (or creates) the casket at `path` and its log `path`-log.
  * On success *out is a new handle, owned by the caller until qs_close.
- * Fails with ENOENT (mode READ/WRITE on a missing file), QS_NOTFILE or
+ * Fails with ENOENT (flag READ/WRITE on a missing file), QS_NOTFILE or
  * EISDIR (path, or its -log or -shm, is not a regular file; refused
  * before anything is created), QS_NOTCASKET (also an existing empty file
- * in mode CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
+ * with flag CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
  * QS_LOCKED (after lock_timeout; also while read-only handles without a
- * region have it open), QS_NOATTACH (mode READ without write access to
- * `path`-shm while other processes have the casket open), QS_INVAL, or an
- * errno (ENOSPC: no room for the region or the log).  Mode READ needs no
+ * region have it open, and at once for flag NEW while other handles have it
+ * open: qs_open_detail says how many, of this process and of others),
+ * QS_NOATTACH (flag READ without write access to
+ * `path`-shm while other processes have the casket open), QS_INVAL (also
+ * perm above 07777), or an errno (ENOSPC: no room for the region or the
+ * log).  Flag READ needs no
  * write access when no other process has the casket open: the handle then
  * reads the files without a region, and keeps openers with one out until
  * it is closed; it never creates `path`-shm when it may not write `path`.  On failure *out is NULL, nothing is left open, and the
@@ -194,7 +203,9 @@ int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
 /* After qs_open failed in this thread because a frame of the log is
  * damaged although a later frame declares it synced (QS_CORRUPT): names
- * the log file, the frame and its offset.  Otherwise "".  The string is the
+ * the log file, the frame and its offset; after flag NEW failed with
+ * QS_LOCKED for other handles: how many, of this process and of others.
+ * Otherwise "".  The string is the
  * library's, valid until this thread's next qs_open; never NULL. */
 const char *qs_open_detail(void);
 
@@ -328,7 +339,8 @@ uint32_t qs_corrupt_page(qs_casket *c);
 
 /* Rewrites the casket compactly and gives the free space back to the file
  * system.  Crash-safe: until the new file is renamed over the old one, the
- * old file stays authoritative.  Fails with QS_TXN inside a transaction,
+ * old file stays authoritative; the new file has the old one's permission
+ * bits.  Fails with QS_TXN inside a transaction,
  * QS_READONLY.  Failures before the rename change nothing.  If the handle
  * cannot reopen the new file after the rename (out of memory, I/O error),
  * it keeps serving reads of the last commit but refuses writes with that
@@ -352,7 +364,7 @@ int qs_compact(qs_casket *c);
  * QS_SNAPSHOT_OLD (it can only be closed).  While a snapshot holds them
  * off, checkpoints are put off as when readers are slow: qs_sync returns
  * QS_LOCKED, commits go on.  cache_bytes is the snapshot's page memory
- * budget (0: as qs_options).  Fails as qs_open (mode QS_OPEN_READ) on c's
+ * budget (0: as qs_options).  Fails as qs_open (flag QS_OPEN_READ) on c's
  * path; on failure *out is NULL. */
 int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
                      qs_casket **out);
@@ -363,7 +375,8 @@ int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
  * file that is synced and needs no log (reservations are not copied: their
  * items are there, unreserved).  The copy is built as dest-backup (and
  * dest-backup-log) and linked to dest only when complete and durable, so a
- * failed or killed backup leaves no dest.  Fails with EEXIST when dest,
+ * failed or killed backup leaves no dest; dest gets the permission bits
+ * c was opened with (qs_options.perm).  Fails with EEXIST when dest,
  * dest-log or dest-shm exists (nothing is replaced), QS_SNAPSHOT_OLD when
  * the log outgrew the snapshot's limit during the copy, or an errno; then
  * no dest exists.  Progress is reported by qs_progress. */

@@ -184,13 +184,13 @@ static int still_there(const sh_region *r, const char *path)
            a.st_ino == b.st_ino;
 }
 
-int sh_open(sh_region *r, const char *path, double timeout, int *alone)
+int sh_open(sh_region *r, const char *path, mode_t perm, double timeout, int *alone)
 {
     memset(r, 0, sizeof *r);
     int rc;
     for (int tries = 0;; tries++) {
         r->fd = -1;
-        rc = os_open_regular(path, O_RDWR | O_CREAT, QS_NOTFILE, &r->fd, &r->created);
+        rc = os_open_regular(path, O_RDWR | O_CREAT, perm, QS_NOTFILE, &r->fd, &r->created);
         if (rc || (rc = attach(r, timeout, alone)) != 0)
             goto fail;
         r->exclusive = *alone;
@@ -290,7 +290,7 @@ int sh_observe(int main_fd, const char *path)
     if (rc)
         return rc == QS_LOCKED ? QS_NOATTACH : rc;
     int fd, created;
-    rc = os_open_regular(path, O_RDONLY, QS_NOTFILE, &fd, &created);
+    rc = os_open_regular(path, O_RDONLY, 0, QS_NOTFILE, &fd, &created);
     if (rc == ENOENT)
         rc = 0;     /* no region: nobody is attached */
     else if (rc == 0) {
@@ -506,6 +506,19 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
         fwait(&h->wseq, seq, left < 0.02 ? left : 0.02);
         atomic_fetch_sub(&h->wwaiters, 1);
     }
+}
+
+uint32_t sh_others(const sh_region *r, uint32_t *mine)
+{
+    uint32_t n = 0, here = 0, pid = (uint32_t)getpid();
+    for (uint32_t i = 0; i < SH_SLOTS; i++) {
+        if (i == r->slot || !slot_alive(r, i))
+            continue;
+        n++;
+        here += atomic_load(&r->slots[i].pid) == pid;
+    }
+    *mine = here;
+    return n;
 }
 
 uint32_t sh_wlock_holder(const sh_region *r)

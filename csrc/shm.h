@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define SH_SLOTS 128            /* handles attached at once */
 #define SH_BUCKETS 256          /* wake-up words, by hash of queue name */
@@ -81,7 +82,7 @@ typedef struct sh_commit {
     uint64_t seq;               /* commits and checkpoints published so far */
 } sh_commit;
 
-/* Opens (creating, mode 0644) the region file at path and attaches: takes
+/* Opens (creating it with permission bits perm) the region file at path and attaches: takes
  * byte 0 exclusively if nobody else has it (then *alone is 1 and the
  * region is blank, its blocks allocated: the caller recovers the casket
  * and calls sh_init), or shared, waiting up to timeout seconds while an
@@ -92,7 +93,7 @@ typedef struct sh_commit {
  * QS_NOMEM or errno (ENOSPC: no room for the region; EACCES, EROFS: it may
  * not be written); on failure nothing stays open or mapped, and a file the
  * call created is removed. */
-int sh_open(sh_region *r, const char *path, double timeout, int *alone);
+int sh_open(sh_region *r, const char *path, mode_t perm, double timeout, int *alone);
 
 /* For an open that fails after sh_open succeeded: removes the region file
  * at path if this open created it and still holds it exclusively (nobody
@@ -148,6 +149,9 @@ uint64_t sh_commit_seq(const sh_region *r);
  * QS_LOCKED. */
 int sh_wlock(sh_region *r, double timeout, int *holder_died);
 void sh_wunlock(sh_region *r);
+/* The handles attached besides ours, and in *mine those of this process
+ * (for messages: they may come and go meanwhile). */
+uint32_t sh_others(const sh_region *r, uint32_t *mine);
 /* The pid of the process holding the write lock now, 0 when it is free
  * (for messages: it may have changed by the time it is read). */
 uint32_t sh_wlock_holder(const sh_region *r);

@@ -623,7 +623,7 @@ static qs_options opts(int mode)
 {
     qs_options o;
     qs_options_init(&o);
-    o.mode = mode;
+    o.flag = mode;
     o.sync = 1;
     o.lock_timeout = 0;
     o.cache_bytes = 64 * 4096;          /* the smallest budget: evictions, spills */

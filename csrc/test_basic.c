@@ -293,13 +293,20 @@ static void open_missing(void)
     /* bad options */
     qs_options o;
     qs_options_init(&o);
-    CHECK(o.mode == QS_OPEN_CREATE);
+    CHECK(o.flag == QS_OPEN_CREATE);
     CHECK(o.sync != 0);
     CHECK(o.lock_timeout > 4.99 && o.lock_timeout < 5.01);
-    o.mode = 42;
+    o.flag = 42;
     c = (qs_casket *)0x1;
     CHECK_RC(qs_open(t.path, &o, &c), QS_INVAL);
     CHECK(c == NULL);
+    qs_options_init(&o);
+    CHECK(o.perm == 0644);
+    o.perm = 010000;            /* beyond the permission bits */
+    c = (qs_casket *)0x1;
+    CHECK_RC(qs_open(t.path, &o, &c), QS_INVAL);
+    CHECK(c == NULL);
+    CHECK(tc_file_size(t.path) < 0);
 
     /* a directory that does not exist */
     char p[700];
@@ -2217,7 +2224,7 @@ static void thread_txn_owner(void)
     REQUIRE(tc_tmp_make(&t) == 0);
     qs_options o;
     qs_options_init(&o);
-    o.mode = QS_OPEN_NEW;
+    o.flag = QS_OPEN_NEW;
     o.sync = 0;
     o.lock_timeout = 0.2;
     qs_casket *c = NULL;
@@ -2566,7 +2573,7 @@ static void lock_other_process(void)
 
     qs_options o;
     qs_options_init(&o);
-    o.mode = QS_OPEN_WRITE;
+    o.flag = QS_OPEN_WRITE;
     o.lock_timeout = 0.2;
     c = NULL;
     CHECK_RC(qs_open(t.path, &o, &c), 0);   /* opening never waits for a writer */
@@ -2594,10 +2601,10 @@ static void lock_other_process(void)
     CHECK(tc_now() - t0 < 0.15);
     /* starting empty needs the file to ourselves */
     qs_casket *d = NULL;
-    o.mode = QS_OPEN_NEW;
+    o.flag = QS_OPEN_NEW;
     CHECK_RC(qs_open(t.path, &o, &d), QS_LOCKED);
     CHECK(d == NULL);
-    o.mode = QS_OPEN_WRITE;
+    o.flag = QS_OPEN_WRITE;
 
     /* the holder closes without committing: its transaction is gone */
     close(release);

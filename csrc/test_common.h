@@ -272,7 +272,7 @@ static inline qs_casket *tc_open(const char *path, int mode, int sync,
 {
     qs_options o;
     qs_options_init(&o);
-    o.mode = mode;
+    o.flag = mode;
     o.sync = sync;
     o.cache_bytes = cache;
     o.checkpoint_bytes = ckpt;

@@ -1672,7 +1672,7 @@ static void processes_fork(void)
         /* a fresh handle in the child waits for the parent's transaction */
         qs_options o;
         qs_options_init(&o);
-        o.mode = QS_OPEN_WRITE;
+        o.flag = QS_OPEN_WRITE;
         o.lock_timeout = 0.1;
         qs_casket *d = NULL;
         bad += qs_open(t.path, &o, &d) != 0;

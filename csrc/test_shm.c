@@ -22,7 +22,7 @@ static char region_path[700];
 static void region_init(sh_region *r)
 {
     int alone = 0;
-    REQUIRE_RC(sh_open(r, region_path, 1.0, &alone), 0);
+    REQUIRE_RC(sh_open(r, region_path, 0644, 1.0, &alone), 0);
     REQUIRE(alone);
     sh_commit cm = {.salt = 7, .log_end = 4096, .seq = 1};
     sh_init(r, &cm, 1);
@@ -55,7 +55,7 @@ static int child_start(child *ch, child_fn fn, int hold)
         close(keep[1]);
         sh_region r;
         int alone = 0;
-        int status = sh_open(&r, region_path, 2.0, &alone) == 0 && !alone ? fn(&r) : 90;
+        int status = sh_open(&r, region_path, 0644, 2.0, &alone) == 0 && !alone ? fn(&r) : 90;
         char b = (char)status;
         if (write(done[1], &b, 1) != 1)
             _exit(91);
@@ -289,7 +289,7 @@ static void discarded_region_is_not_joined(void)
     snprintf(region_path, sizeof region_path, "%s-shm", t.path);
     sh_region a;
     int alone = 0;
-    REQUIRE_RC(sh_open(&a, region_path, 1.0, &alone), 0);
+    REQUIRE_RC(sh_open(&a, region_path, 0644, 1.0, &alone), 0);
     REQUIRE(alone && a.created);
     int ready[2];
     REQUIRE(pipe(ready) == 0);
@@ -302,7 +302,7 @@ static void discarded_region_is_not_joined(void)
         close(ready[1]);
         sh_region b;
         int al = 0;
-        int rc = sh_open(&b, region_path, 5.0, &al);
+        int rc = sh_open(&b, region_path, 0644, 5.0, &al);
         struct stat x, y;
         int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(region_path, &y) == 0 &&
                    x.st_dev == y.st_dev && x.st_ino == y.st_ino;

@@ -40,6 +40,7 @@ from .errors import (
     ReadOnlyError,
     ReservationsFullError,
     SnapshotTooOldError,
+    StorageError,
     TooBigError,
     TransactionError,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Queue",
     "Item",
     "Error",
+    "StorageError",
     "Empty",
     "NotReservedError",
     "DecodeError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import MutableMapping
 from contextlib import contextmanager
 from itertools import accumulate
 from array import array
@@ -167,10 +168,22 @@ class _Cursor:
         self.close()
 
 
-class Casket:
+class Casket(MutableMapping[bytes, bytes]):
     """An open pyqstore casket: an ordered, transactional mapping from byte
     string keys to one or more byte string values (duplicates, kept in
     insertion order).
+
+    It is a :class:`collections.abc.MutableMapping` whose value for a key is
+    the key's first value: ``c[k]`` and ``get`` read it, ``c[k] = v``,
+    ``update`` and ``setdefault`` store the only value (``put``), ``del
+    c[k]`` and ``pop`` remove every value.  With duplicates: iteration and
+    :meth:`keys` yield each key once, :meth:`items` and :meth:`values` one
+    entry per record, and ``len(c)`` is the number of records, each
+    duplicate counted (the number of keys is ``sum(1 for _ in c)``).
+    :meth:`getdup`, :meth:`putdup`, :meth:`count` and :meth:`outlist` work
+    on all the values of a key.  Two caskets are equal only when they are
+    the same handle (comparing contents would read both files whole), and a
+    casket is hashable.
 
     Create one with :func:`pyqstore.open`.  Keys and values may be
     ``bytes``, ``bytearray``, ``memoryview`` or ``str`` (encoded as UTF-8);
@@ -201,6 +214,7 @@ class Casket:
         lock_timeout: float = 5.0,
         cache_size: Optional[int] = None,
         checkpoint_size: Optional[int] = None,
+        mode: int = 0o644,
     ) -> None:
         """Open the casket at ``path``; see :func:`pyqstore.open`."""
         # Closing protocol.  close() calls qs_shutdown, which waits for the
@@ -228,10 +242,15 @@ class Casket:
                     raise ValueError(f"{what} must be >= 0")
         if not seconds_arg(lock_timeout, "lock_timeout") >= 0:
             raise ValueError("lock_timeout must be >= 0")
+        if isinstance(mode, bool) or not isinstance(mode, int):
+            raise TypeError(f"mode must be an int (permission bits), not {type(mode).__name__}")
+        if not 0 <= mode <= 0o7777:
+            raise ValueError(f"mode must be permission bits between 0 and 0o7777, not {mode:#o}")
 
         opts = ffi.new("qs_options *")
         lib.qs_options_init(opts)
-        opts.mode = _FLAGS[flag]
+        opts.flag = _FLAGS[flag]
+        opts.perm = mode
         opts.sync = 1 if sync else 0
         opts.lock_timeout = float(lock_timeout)
         if cache_size is not None:
@@ -320,6 +339,11 @@ class Casket:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<pyqstore.Casket {self.path!r} {state}>"
+
+    # A handle, not a value: Mapping's __eq__ would read both caskets whole
+    # (and set __hash__ to None).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def __reduce__(self) -> Any:
         raise TypeError("a Casket cannot be pickled or sent to another process; pass its "
@@ -424,6 +448,31 @@ class Casket:
         if self.outlist(key) == 0:
             raise KeyError(key)
 
+    def pop(self, key: BytesLike, default: Any = _MISSING) -> Any:
+        """Remove every value of ``key`` and return its first; ``default``
+        (or KeyError when not given) when it has none.  Of two threads or
+        processes popping one key at once, one gets the value."""
+        value = self.get(key, _MISSING)
+        if value is not _MISSING and self.outlist(key):
+            return value
+        if default is _MISSING:
+            raise KeyError(key)
+        return default
+
+    def setdefault(self, key: BytesLike, default: Optional[BytesLike] = None) -> bytes:
+        """The first value of ``key``; when it has none, store ``default``
+        (atomically, as :meth:`putkeep`) and return it as bytes.  A casket
+        stores no None: a missing key with no default is a TypeError."""
+        while True:
+            value = self.get(key)
+            if value is not None:
+                return value
+            if default is None:
+                raise TypeError(f"setdefault: {key!r} has no value and a casket cannot store "
+                                f"None: give a bytes-like default")
+            if self.putkeep(key, default):
+                return _to_bytes(default, "default")
+
     # ------------------------------------------------------------------ reads
 
     @overload
@@ -480,7 +529,8 @@ class Casket:
         return self.count(key) > 0  # type: ignore[arg-type]
 
     def __len__(self) -> int:
-        """Number of records, each duplicate counted."""
+        """Number of records, each duplicate counted (so with duplicates it
+        is more than the number of keys iteration yields)."""
         pcount = ffi.new("uint64_t *")
         self._call("len", lib.qs_records, pcount)
         return int(pcount[0])
@@ -593,7 +643,8 @@ class Casket:
         if start is not None:
             _arg(start, "start")
 
-    def items(self, start: Optional[BytesLike] = None, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    def items(self, start: Optional[BytesLike] = None,  # type: ignore[override]
+              reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
         """Iterate ``(key, value)`` records in key order, a key's duplicates
         in insertion order.
 
@@ -617,18 +668,23 @@ class Casket:
         for batch in self._records(start, reverse):
             yield from batch
 
-    def keys(self, start: Optional[BytesLike] = None, reverse: bool = False) -> Iterator[bytes]:
-        """Iterate keys as :meth:`items` does (a key appears once per
-        value)."""
+    def keys(self, start: Optional[BytesLike] = None,  # type: ignore[override]
+             reverse: bool = False) -> Iterator[bytes]:
+        """Iterate keys in order as :meth:`items` does, each key once
+        however many values it has."""
         self._check_iter_args(start)
         return self._keys(start, reverse)
 
     def _keys(self, start: Optional[BytesLike], reverse: bool) -> Iterator[bytes]:
+        last = None
         for batch in self._records(start, reverse):
             for k, _ in batch:
-                yield k
+                if k != last:
+                    yield k
+                    last = k
 
-    def values(self, start: Optional[BytesLike] = None, reverse: bool = False) -> Iterator[bytes]:
+    def values(self, start: Optional[BytesLike] = None,  # type: ignore[override]
+               reverse: bool = False) -> Iterator[bytes]:
         """Iterate values as :meth:`items` does."""
         self._check_iter_args(start)
         return self._values(start, reverse)
@@ -639,8 +695,9 @@ class Casket:
                 yield v
 
     def __iter__(self) -> Iterator[bytes]:
-        """Same as :meth:`keys`."""
-        return self.keys()
+        """Same as :meth:`keys`: each key once."""
+        self._check_iter_args(None)
+        return self._keys(None, False)
 
     # ----------------------------------------------------------- transactions
 
@@ -853,6 +910,7 @@ def open(
     lock_timeout: float = 5.0,
     cache_size: Optional[int] = None,
     checkpoint_size: Optional[int] = None,
+    mode: int = 0o644,
 ) -> Casket:
     """Open a casket.
 
@@ -870,12 +928,17 @@ def open(
             256 MiB); a bigger transaction spills dirty pages to the file.
         checkpoint_size: log size in bytes that triggers a checkpoint
             (None: the default, 4 MiB).
+        mode: the permission bits of every file the open creates (the
+            casket, ``path + "-log"`` and ``path + "-shm"``), less the
+            umask, as in :func:`os.open` and :func:`dbm.open`.  Files that
+            exist keep theirs; :meth:`Casket.compact` keeps the main
+            file's, :meth:`Casket.backup` gives ``dest`` this mode.
 
     Raises:
-        ValueError: for a bad flag.
+        ValueError: for a bad flag, or mode outside 0..0o7777.
         FileNotFound: (also FileNotFoundError) for "r"/"w" on a missing file.
         CorruptError: when the file is damaged or not a casket.
         LockedError: when another process holds the casket.
     """
     return Casket(path, flag, sync=sync, lock_timeout=lock_timeout,
-                  cache_size=cache_size, checkpoint_size=checkpoint_size)
+                  cache_size=cache_size, checkpoint_size=checkpoint_size, mode=mode)

@@ -3,7 +3,11 @@
 Every exception is a :class:`pyqstore.Error`.  Return codes of the C core are
 translated by :func:`error_for` using one table, ``_CODE_TABLE``; positive
 codes are errno values from failed system calls and become exceptions that
-are also the matching built-in :class:`OSError` subclass.
+are also the matching built-in :class:`OSError` subclass.  Every error that
+is I/O in nature (about the file, its lock or its handle, or a failed system
+call) derives from :class:`StorageError`, which is also an :class:`OSError`:
+``except OSError`` and ``except dbm.error`` catch them, as they catch the
+errors of the standard library's dbm modules.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any, Optional, Union
 
 __all__ = [
     "Error",
+    "StorageError",
     "CorruptError",
     "LockedError",
     "ReadOnlyError",
@@ -57,20 +62,28 @@ class Error(Exception):
     reason: str = ""
 
 
-class CorruptError(Error):
+class StorageError(Error, builtins.OSError):
+    """An error that is I/O in nature: the file is damaged or not a casket,
+    locked, read-only, full, closed, or a system call failed.  Also an
+    :class:`OSError` (``errno`` is set when a system call failed, else
+    None), as the errors of the :mod:`dbm` modules are, so ``except
+    dbm.error`` catches it; it is :data:`pyqstore.dbm.error`."""
+
+
+class CorruptError(StorageError):
     """The file is damaged, is not a pyqstore casket (an empty file is
     not one, nor is a device or a pipe: "not a regular file"), or has a
     format version this library cannot read."""
 
 
-class LockedError(Error):
+class LockedError(StorageError):
     """Another process, or another thread's transaction, held the casket's
     write lock for longer than ``lock_timeout``.  The message names the
     holder: the thread (name, ``threading.get_ident()`` and native id) or
     the process id."""
 
 
-class ReadOnlyError(Error):
+class ReadOnlyError(StorageError):
     """A write was attempted on a casket opened with flag ``"r"``."""
 
 
@@ -79,7 +92,7 @@ class TransactionError(Error):
     by a thread that has no transaction."""
 
 
-class ClosedError(Error):
+class ClosedError(StorageError):
     """The casket (or the cursor behind an iterator) was closed."""
 
 
@@ -105,7 +118,7 @@ class NoMemoryError(Error, MemoryError):
     """The C core could not allocate memory."""
 
 
-class FullError(Error):
+class FullError(StorageError):
     """The casket would exceed 2**32 pages (QS_FULL).  Fatal for the
     transaction the write ran in: it can only be aborted.  Not raised for
     a full reservation table (:class:`ReservationsFullError`) nor, when
@@ -160,28 +173,28 @@ class Empty(Error, _queue.Empty):
     :class:`queue.Empty`, so code written for :mod:`queue` catches it)."""
 
 
-class Interrupted(Error, builtins.InterruptedError):
+class Interrupted(StorageError, builtins.InterruptedError):
     """A wait was ended by a signal with nothing taken.  Queue methods do
     not raise it: they let the signal's handler run (and raise, as
     KeyboardInterrupt for Ctrl-C) and otherwise wait on.  Also an
     InterruptedError."""
 
 
-class FileNotFound(Error, builtins.FileNotFoundError):
+class FileNotFound(StorageError, builtins.FileNotFoundError):
     """ENOENT: the casket file does not exist.  Also a FileNotFoundError."""
 
 
-class PermissionDenied(Error, builtins.PermissionError):
+class PermissionDenied(StorageError, builtins.PermissionError):
     """EACCES/EPERM from a system call.  Also a PermissionError.  Also
     raised by a read-only open that may not write the region ``NAME-shm``
     (named in the message) while other processes have the casket open."""
 
 
-class FileExists(Error, builtins.FileExistsError):
+class FileExists(StorageError, builtins.FileExistsError):
     """EEXIST from a system call.  Also a FileExistsError."""
 
 
-class IOFailure(Error, builtins.OSError):
+class IOFailure(StorageError):
     """Any other failed system call (ENOSPC, EIO, ...).  Also an OSError,
     with ``errno``, ``strerror`` and ``filename`` set.
 

@@ -1,0 +1,270 @@
+"""The dbm convention: CPython's own generic dbm tests (test.test_dbm) run
+against pyqstore.dbm, Casket as a MutableMapping, the permission bits of
+the files an open creates, and the errors dbm code expects."""
+from __future__ import annotations
+
+import dbm
+import itertools
+import os
+import shutil
+import tempfile
+import types
+import unittest
+from collections.abc import MutableMapping
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pyqstore
+import pyqstore.dbm
+
+# The standard library's test package (Debian: libpython3.X-testsuite,
+# installed by .ci/run); without it these tests cannot run at all.
+import test.test_dbm as cpython_dbm
+
+# The generic tests that reopen a file through dbm.open: it asks dbm.whichdb
+# which module made the file, and whichdb does not know caskets.
+REOPENING = ("test_anydbm_modification", "test_anydbm_read", "test_anydbm_keys",
+             "test_anydbm_access")
+
+
+class _InScratchDir:
+    """CPython's tests use relative names (os_helper.TESTFN): run each in a
+    directory of its own."""
+
+    def setUp(self):
+        d = tempfile.mkdtemp(prefix="qs-dbm-")
+        self.addCleanup(shutil.rmtree, d, True)
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(d)
+        super().setUp()
+
+
+class TestCPythonGenericThroughDbmOpen(_InScratchDir, cpython_dbm.AnyDBMTestCase,
+                                       unittest.TestCase):
+    """AnyDBMTestCase as CPython runs it for each dbm module: dbm.open with
+    pyqstore.dbm as the default module (the one that makes new files)."""
+
+    module = pyqstore.dbm
+
+    # These reopen an existing casket through dbm.open, which refuses it
+    # ("db type could not be determined", asserted below); they run in
+    # TestCPythonGenericThroughPyqstoreOpen.
+    locals().update(dict.fromkeys(REOPENING, None))
+
+    def test_dbm_open_cannot_reopen_a_casket(self):
+        with pyqstore.dbm.open(cpython_dbm._fname, "n") as db:
+            db[b"a"] = b"1"
+        self.assertEqual(dbm.whichdb(cpython_dbm._fname), "")
+        self.assertEqual(pyqstore.dbm.whichdb(cpython_dbm._fname), "pyqstore.dbm")
+        for flag in ("r", "w", "c"):
+            with self.assertRaisesRegex(dbm.error[0], "db type could not be determined"):
+                dbm.open(cpython_dbm._fname, flag)
+
+
+class TestCPythonGenericThroughPyqstoreOpen(_InScratchDir, cpython_dbm.AnyDBMTestCase,
+                                            unittest.TestCase):
+    """Every test of AnyDBMTestCase, the reopening ones included, with the
+    module's dbm.open being pyqstore.dbm.open."""
+
+    module = pyqstore.dbm
+
+    def setUp(self):
+        shim = types.SimpleNamespace(open=pyqstore.dbm.open, error=pyqstore.dbm.error,
+                                     whichdb=pyqstore.dbm.whichdb, _defaultmod=None)
+        self.addCleanup(setattr, cpython_dbm, "dbm", cpython_dbm.dbm)
+        cpython_dbm.dbm = shim
+        super().setUp()
+
+
+class TestCPythonWhichdb(_InScratchDir, cpython_dbm.WhichDBTestCase):
+    """CPython's whichdb test with pyqstore.dbm.whichdb, over the standard
+    modules and pyqstore.dbm: it names each one's files."""
+
+    def setUp(self):
+        super().setUp()
+        self.dbm = pyqstore.dbm
+        stdlib_modules = cpython_dbm.dbm_iterator
+        self.addCleanup(setattr, cpython_dbm, "dbm_iterator", stdlib_modules)
+        cpython_dbm.dbm_iterator = lambda: itertools.chain(stdlib_modules(), [pyqstore.dbm])
+
+
+def test_the_generic_tests_ran():
+    """The classes above hold CPython's tests (a renamed or emptied
+    AnyDBMTestCase would otherwise pass unnoticed)."""
+    names = [n for n in dir(cpython_dbm.AnyDBMTestCase) if n.startswith("test_")]
+    assert set(REOPENING) <= set(names) and len(names) >= 13
+    for n in names:
+        assert callable(getattr(TestCPythonGenericThroughPyqstoreOpen, n))
+
+
+def test_whichdb_of_other_files(tmp_path):
+    assert pyqstore.dbm.whichdb(tmp_path / "missing") is None
+    (tmp_path / "text").write_bytes(b"qstore? no")
+    assert pyqstore.dbm.whichdb(tmp_path / "text") == ""
+    with dbm.dumb.open(str(tmp_path / "d"), "c") as d:
+        d[b"k"] = b"v"
+    assert pyqstore.dbm.whichdb(str(tmp_path / "d")) == "dbm.dumb"
+
+
+def test_dbm_flag_checked(path):
+    with pytest.raises(ValueError, match="flag must be one of"):
+        pyqstore.dbm.open(path, "x")
+
+
+def test_dbm_open_mode_defaults_to_0o666(tmp_path):
+    old = os.umask(0)
+    try:
+        p = str(tmp_path / "a.qs")
+        with pyqstore.dbm.open(p, "c"):
+            assert [os.stat(f).st_mode & 0o7777 for f in (p, p + "-log", p + "-shm")] == \
+                [0o666] * 3
+        q = str(tmp_path / "b.qs")
+        pyqstore.dbm.open(q, "n", 0o600).close()
+        assert os.stat(q).st_mode & 0o7777 == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_dbm_keys_is_a_list_and_str_keys_are_utf8(path):
+    with pyqstore.dbm.open(path, "c") as db:
+        db["clé"] = b"1"
+        db.putdup(b"k", b"2")
+        db.putdup(b"k", b"3")
+        assert db.keys() == ["clé".encode("utf-8"), b"k"]
+        assert db["clé".encode("utf-8")] == b"1" and "clé" in db
+        assert isinstance(db, pyqstore.Casket)
+
+
+# ---- errors: what is I/O in nature is an OSError, caught by dbm.error
+
+def test_io_errors_are_oserrors_caught_by_dbm_error(path, tmp_path):
+    raised = []
+
+    def catch(fn, *args):
+        try:
+            fn(*args)
+        except dbm.error as e:      # the tuple (dbm.error, OSError)
+            raised.append(e)
+            assert isinstance(e, pyqstore.dbm.error) and isinstance(e, pyqstore.Error)
+        else:
+            raise AssertionError(f"{fn} raised nothing")
+
+    catch(pyqstore.dbm.open, path, "r")                        # missing: FileNotFound
+    (tmp_path / "text").write_bytes(b"x" * 8192)
+    catch(pyqstore.dbm.open, str(tmp_path / "text"), "w")      # not a casket: CorruptError
+    with pyqstore.dbm.open(path, "c") as db:
+        db[b"k"] = b"v"
+    with pyqstore.dbm.open(path, "r") as db:
+        catch(db.__setitem__, b"k", b"w")                      # ReadOnlyError
+    db2 = pyqstore.open(path, "w", lock_timeout=0)
+    db2.begin()
+    db2.put(b"k", b"held")
+
+    def other_writer():
+        with pyqstore.open(path, "w", lock_timeout=0) as o:
+            o[b"k"] = b"w"
+    import threading
+    t = threading.Thread(target=lambda: catch(other_writer))   # LockedError
+    t.start()
+    t.join()
+    db2.abort()
+    db2.close()
+    catch(db2.__getitem__, b"k")                               # ClosedError
+    assert [type(e) for e in raised] == [pyqstore.FileNotFound, pyqstore.CorruptError,
+                                         pyqstore.ReadOnlyError, pyqstore.LockedError,
+                                         pyqstore.ClosedError]
+
+
+def test_which_errors_are_oserrors():
+    io = {pyqstore.StorageError, pyqstore.CorruptError, pyqstore.LockedError,
+          pyqstore.ReadOnlyError, pyqstore.ClosedError, pyqstore.FullError,
+          pyqstore.FileNotFound, pyqstore.PermissionDenied, pyqstore.FileExists,
+          pyqstore.IOError, pyqstore.Interrupted}
+    for name in pyqstore.__all__:
+        obj = getattr(pyqstore, name)
+        if isinstance(obj, type) and issubclass(obj, pyqstore.Error):
+            assert issubclass(obj, OSError) == (obj in io), name
+            assert issubclass(obj, pyqstore.StorageError) == (obj in io), name
+    assert pyqstore.dbm.error is pyqstore.StorageError
+    assert pyqstore.errors.ForkedError.__name__ in pyqstore.errors.__all__
+
+
+# ---- Casket as a MutableMapping
+
+def test_casket_is_a_mutable_mapping(casket):
+    c = casket
+    assert isinstance(c, MutableMapping)
+    for k, v in ((b"b", b"1"), (b"b", b"2"), (b"a", b"0"), (b"c", b"3"), (b"b", b"4")):
+        c.putdup(k, v)
+    assert list(c) == [b"a", b"b", b"c"]
+    assert list(c.keys()) == [b"a", b"b", b"c"]
+    assert list(c.keys(reverse=True)) == [b"c", b"b", b"a"]
+    assert list(c.keys(b"b")) == [b"b", b"c"]
+    assert list(c.keys(b"b", reverse=True)) == [b"b", b"a"]
+    assert len(c) == 5                          # records, each duplicate counted
+    assert list(c.values()) == [b"0", b"1", b"2", b"4", b"3"]
+    assert c.getdup(b"b") == [b"1", b"2", b"4"]
+    assert c.setdefault(b"b", b"x") == b"1" and c.getdup(b"b") == [b"1", b"2", b"4"]
+    assert c.setdefault("d", bytearray(b"new")) == b"new" and c[b"d"] == b"new"
+    with pytest.raises(TypeError, match="cannot store None"):
+        c.setdefault(b"e")
+    assert b"e" not in c
+    assert c.pop(b"b") == b"1" and b"b" not in c
+    assert c.pop(b"b", None) is None
+    with pytest.raises(KeyError):
+        c.pop(b"b")
+    c.update({b"a": b"A"}, c=b"C")
+    c.update([(b"f", b"F")])
+    assert dict(c.items()) == {b"a": b"A", b"c": b"C", b"d": b"new", b"f": b"F"}
+    assert c.popitem() == (b"a", b"A")
+    c.clear()
+    assert len(c) == 0 and list(c) == []
+    assert c == c and c != {} and hash(c) == object.__hash__(c)
+    assert {c: 1}[c] == 1
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["put", "putdup", "pop", "setdefault", "del", "update"]),
+                         st.binary(max_size=2), st.binary(max_size=3)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_mapping_against_a_model(tmp_path, ops):
+    """Random mapping operations against a dict of value lists: keys and
+    iteration once per key in order, len counts records, items every
+    record, [] the first value."""
+    p = tempfile.mktemp(dir=tmp_path)
+    model: dict[bytes, list[bytes]] = {}
+    with pyqstore.open(p, "n", sync=False) as c:
+        for op, k, v in ops:
+            if op == "put":
+                c[k] = v
+                model[k] = [v]
+            elif op == "putdup":
+                c.putdup(k, v)
+                model.setdefault(k, []).append(v)
+            elif op == "pop":
+                got = c.pop(k, None)
+                want = model.pop(k, [None])[0]
+                assert got == want
+            elif op == "setdefault":
+                assert c.setdefault(k, v) == model.setdefault(k, [v])[0]
+            elif op == "del":
+                if k in model:
+                    del c[k]
+                    del model[k]
+                else:
+                    with pytest.raises(KeyError):
+                        del c[k]
+            else:
+                c.update({k: v})
+                model[k] = [v]
+            keys = sorted(model)
+            assert list(c) == keys == list(c.keys())
+            assert list(c.keys(reverse=True)) == keys[::-1]
+            assert len(c) == sum(map(len, model.values()))
+            assert list(c.items()) == [(k2, v2) for k2 in keys for v2 in model[k2]]
+            for k2 in keys:
+                assert c[k2] == model[k2][0] and k2 in c
