@@ -98,6 +98,8 @@ VPY="$WORK/venv/bin/python"
 RUN="$WORK/run"
 mkdir -p "$RUN"
 cp -R "$ROOT/tests" "$RUN/tests"
+# tests/test_readme.py runs the README's examples against what is installed
+cp "$ROOT/README.md" "$RUN/README.md"
 rm -rf "$RUN/tests/__pycache__"
 cat > "$RUN/wheel_guard.py" <<'EOF'
 """pytest plugin (-p wheel_guard): fail unless pyqstore came from the venv."""
