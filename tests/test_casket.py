@@ -1,6 +1,7 @@
 """Tests of the Casket API: every method, edge cases, errors, threads."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pathlib
 import random
@@ -36,7 +37,9 @@ def model_items(model: dict[bytes, list[bytes]]) -> list[tuple[bytes, bytes]]:
 
 
 def test_version():
-    assert pyqstore.__version__ == "0.1.0"
+    """__version__ is the version of the installed distribution (one
+    number, in pyproject.toml; a stale copy in __init__.py fails here)."""
+    assert pyqstore.__version__ == importlib.metadata.version("pyqstore")
 
 
 def test_open_create_and_reopen(path):
