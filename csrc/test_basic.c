@@ -1471,8 +1471,17 @@ static void cursor_semantics(void)
     CHECK_RC(put_str(c, "a", "1"), 0);
     CHECK_RC(put_str(c, "b", "2"), 0);
     CHECK_RC(put_str(c, "c", "3"), 0);
-    qs_cursor *cur = NULL;
+    qs_stat st;
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
+    qs_cursor *cur = NULL, *other = NULL;
     REQUIRE_RC(qs_cursor_open(c, &cur), 0);
+    REQUIRE_RC(qs_cursor_open(c, &other), 0);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 2);
+    qs_cursor_close(other);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 1);
     CHECK_RC(qs_cursor_get(cur, NULL, NULL, NULL, NULL), QS_NOTFOUND);
     CHECK_RC(qs_cursor_jump(cur, "b", 1), 0);
 
@@ -1556,6 +1565,8 @@ static void cursor_semantics(void)
     CHECK(records_of(c) == 1);
     CHECK_RC(get_rc(c, "c"), QS_NOTFOUND);
     qs_cursor_close(cur);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
     CHECK_RC(check_ok(c), 0);
     CHECK_RC(qs_close(c), 0);
     tc_tmp_remove(&t);

@@ -1,6 +1,7 @@
 """Tests of the Casket API: every method, edge cases, errors, threads."""
 from __future__ import annotations
 
+import gc
 import importlib.metadata
 import os
 import pathlib
@@ -575,15 +576,25 @@ def test_cursor_read_reverse_after_last_key_removed(casket):
 
 
 def test_abandoned_iterators(casket):
+    """Iterators dropped half-way, or closed, give their C cursor back:
+    stats()["open_cursors"] counts the cursors of the handle, so one that
+    stays open after its iterator is gone shows as a count above 0."""
     _populate_iter(casket)
+    assert casket.stats()["open_cursors"] == 0
     its = [casket.items() for _ in range(20)]
     for it in its:
         next(it)
-    del its
+    assert casket.stats()["open_cursors"] == 20
+    del its, it
+    gc.collect()
+    assert casket.stats()["open_cursors"] == 0
     it = casket.keys(reverse=True)
     next(it)
+    assert casket.stats()["open_cursors"] == 1
     it.close()
+    assert casket.stats()["open_cursors"] == 0
     assert len(list(casket.items())) == 600
+    assert casket.stats()["open_cursors"] == 0
 
 
 def test_close_closes_iterators(path):
@@ -747,7 +758,8 @@ def test_stats(casket):
     st = casket.stats()
     for name in ["page_size", "format_version", "pages", "free_pages", "records",
                  "file_bytes", "log_bytes", "log_file_bytes", "depth",
-                 "in_transaction", "commits", "syncs", "checkpoints", "spilled_pages"]:
+                 "in_transaction", "commits", "syncs", "checkpoints", "spilled_pages",
+                 "open_cursors"]:
         assert name in st and isinstance(st[name], int)
     assert st["path"] == casket.path
     assert st["page_size"] == PAGE
