@@ -6,8 +6,6 @@ import importlib.metadata
 import os
 import pathlib
 import random
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -24,6 +22,7 @@ from pyqstore import (
     TransactionError,
 )
 from pyqstore._qstore import lib
+from _procs import start_python
 
 MAX_KEY = lib.QS_MAX_KEY
 PAGE = lib.QS_PAGE_SIZE
@@ -221,11 +220,7 @@ def test_write_lock_held_by_other_process(path):
         c.close()
         """
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    child = start_python(code, stdin=True)
     try:
         assert child.stdout.readline() == b"ready\n"
         with pyqstore.open(path, "w", lock_timeout=0) as c:

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import pyqstore
+from _procs import complete_lines, kill_after
 
 # CI runs 200 (QS_CRASH_ROUNDS=200); 20 keep the everyday suite quick.
 ROUNDS = int(os.environ.get("QS_CRASH_ROUNDS", "20"))
@@ -83,25 +80,10 @@ def run_child(path: str, first: int, delay: float, wait_open: bool) -> int | Non
     """Start the writer and SIGKILL it `delay` seconds after it has opened
     the casket (or after it started, when not wait_open); return the last
     transaction number it reported (None if none)."""
-    # bufsize=0: readline() must not read ahead past "open\n", since
-    # communicate() reads the pipe itself and would miss buffered lines.
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, path, str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,
-    )
-    try:
-        if wait_open:
-            line = proc.stdout.readline()
-            assert line == b"open\n", (line, proc.stderr.read())
-        time.sleep(delay)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
+    out = kill_after(CHILD, path, str(first), delay=delay,
+                     ready=b"open\n" if wait_open else None)
     last = None
-    for ln in out.split(b"\n")[:-1]:  # complete lines only
+    for ln in complete_lines(out):
         if ln != b"open":
             last = int(ln)
     return last

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pyqstore
+from _procs import complete_lines, kill_after
 
 ROUNDS = 50
 QUEUES = ("a", "b", "c")
@@ -119,25 +117,12 @@ def run_child(path: str, seed: int, first: int, delay: float, wait_open: bool):
     """Run the child, SIGKILL it after delay (counted from its "open" line
     when wait_open); return (acknowledged batches, the unacknowledged batch
     or None, ids of reservations held at the kill)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, path, str(seed), str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,
-    )
-    try:
-        if wait_open:
-            line = proc.stdout.readline()
-            assert line == b"open\n", (line, proc.stderr.read())
-        time.sleep(delay)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
+    out = kill_after(CHILD, path, str(seed), str(first), delay=delay,
+                     ready=b"open\n" if wait_open else None)
     acked: list[tuple[int, int]] = []
     pending = None
     held: set[int] = set()
-    for ln in out.split(b"\n")[:-1]:  # complete lines only
+    for ln in complete_lines(out):
         word, *rest = ln.split()
         if word == b"try":
             pending = (int(rest[0]), int(rest[1]))
