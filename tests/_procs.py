@@ -12,13 +12,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import random
 import selectors
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import pytest
 
@@ -61,6 +62,19 @@ def kill_after(script: str, *args: str, delay: float = 0.0,
         out, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
     return out
+
+
+def kill_moment(rnd: random.Random, round_no: int, every: int,
+                after_open: Sequence[float], in_open: tuple[float, float]) -> tuple[float, bool]:
+    """When a crash round kills its child, as (delay, wait_open) for
+    kill_after: every `every`-th round (the last of each `every`) counts a
+    delay drawn uniformly from in_open from the child's start, so the kill
+    may land inside open() (recovery); the others count one of after_open
+    from the child's "open" line."""
+    wait_open = round_no % every != every - 1
+    if wait_open:
+        return rnd.choice(after_open), True
+    return rnd.uniform(*in_open), False
 
 
 def complete_lines(out: bytes) -> list[bytes]:

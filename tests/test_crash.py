@@ -18,7 +18,7 @@ import os
 import random
 
 import pyqstore
-from _procs import complete_lines, kill_after
+from _procs import complete_lines, kill_after, kill_moment
 
 # CI runs 200 (QS_CRASH_ROUNDS=200); 20 keep the everyday suite quick.
 ROUNDS = int(os.environ.get("QS_CRASH_ROUNDS", "20"))
@@ -102,11 +102,8 @@ def test_sigkill_durability(tmp_path):
     model: dict[bytes, list[bytes]] = {}  # state after `committed`
     mid_stream = 0
     for rnd_no in range(ROUNDS):
-        wait_open = rnd_no % 4 != 3
-        if wait_open:
-            delay = rnd.choice([0.0, 0.002, 0.01, 0.03, 0.08, 0.15, 0.3])
-        else:
-            delay = rnd.uniform(0.02, 0.25)  # may land inside open()
+        delay, wait_open = kill_moment(rnd, rnd_no, 4, [0.0, 0.002, 0.01, 0.03, 0.08, 0.15, 0.3],
+                                       in_open=(0.02, 0.25))
         reported = run_child(path, committed + 1, delay, wait_open)
         with pyqstore.open(path, "w") as c:
             c.check()

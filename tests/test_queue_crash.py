@@ -25,7 +25,7 @@ import random
 import time
 
 import pyqstore
-from _procs import complete_lines, kill_after
+from _procs import complete_lines, kill_after, kill_moment
 
 ROUNDS = 50
 QUEUES = ("a", "b", "c")
@@ -165,11 +165,8 @@ def test_queue_sigkill(tmp_path):
     acked_batches = killed_mid_batch = held_at_kill = 0
     t_start = time.monotonic()
     for rnd_no in range(ROUNDS):
-        wait_open = rnd_no % 5 != 4
-        if wait_open:
-            delay = rnd.choice([0.0, 0.003, 0.01, 0.03, 0.06, 0.1, 0.2])
-        else:
-            delay = rnd.uniform(0.02, 0.3)  # may land inside open()
+        delay, wait_open = kill_moment(rnd, rnd_no, 5, [0.0, 0.003, 0.01, 0.03, 0.06, 0.1, 0.2],
+                                       in_open=(0.02, 0.3))
         acked, pending, held = run_child(path, rnd_no, next_item, delay, wait_open)
         with pyqstore.open(path, "w") as c:
             c.check()
