@@ -2223,6 +2223,7 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     st->checkpoints = c->pg.checkpoints;
     st->spilled_pages = c->pg.spilled;
     read_leave(c, &bt);
+    st->open_cursors = atomic_load(&c->open_cursors);
     struct stat fs;
     if (fstat(c->fd, &fs) == 0)
         st->file_bytes = (uint64_t)fs.st_size;
@@ -2244,6 +2245,7 @@ static int do_cursor_open(qs_casket *c, qs_cursor **out)
     if (!cur)
         return QS_NOMEM;
     cur->c = c;
+    atomic_fetch_add(&c->open_cursors, 1);
     *out = cur;
     return 0;
 }
@@ -2252,6 +2254,7 @@ void qs_cursor_close(qs_cursor *cur)
 {
     if (!cur)
         return;
+    atomic_fetch_sub(&cur->c->open_cursors, 1);
     free(cur->key.data);
     free(cur);
 }

@@ -71,6 +71,9 @@ struct qs_casket {
     /* a running compaction or backup: records copied, records to copy */
     _Atomic uint64_t progress_done, progress_total;
     unsigned fork_gen;          /* fork generation at open (see cs_enter_call) */
+    /* cursors of this handle not yet closed (qs_stat.open_cursors); atomic
+     * because cursors of one handle are opened and closed by any thread */
+    _Atomic uint64_t open_cursors;
 };
 
 struct qs_cursor {

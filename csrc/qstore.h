@@ -168,6 +168,10 @@ typedef struct qs_stat {
     uint64_t syncs;          /* fdatasync calls on the log since open */
     uint64_t checkpoints;    /* checkpoints since open */
     uint64_t spilled_pages;  /* dirty pages written before commit */
+    uint64_t open_cursors;   /* cursors opened on this handle by
+                                qs_cursor_open and not yet closed by
+                                qs_cursor_close: a count that stays above
+                                0 once its users are done is a leak */
 } qs_stat;
 
 /* Describes any return code of this library (0, QS_*, or errno).  The
@@ -387,7 +391,9 @@ int qs_backup(qs_casket *c, const char *dest);
  * runs.  Both 0 before the first. */
 int qs_progress(qs_casket *c, uint64_t *done, uint64_t *total);
 
-/* Fills *st.  Never fails on an open handle. */
+/* Fills *st.  Never fails on an open handle.  The counts are read one by
+ * one, not at one instant: open_cursors may lag a cursor another thread is
+ * opening or closing at that moment. */
 int qs_stat_get(qs_casket *c, qs_stat *st);
 
 /* Cursors walk keys in order and a key's duplicates in insertion order.

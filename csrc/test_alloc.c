@@ -954,6 +954,7 @@ static int build_seed(void)
 {
     if (tc_tmp_make(&seed_dir) != 0)
         return -1;
+    tc_tmp_keep(&seed_dir);     /* shared by the cases; main removes it */
     run r;
     memset(&r, 0, sizeof r);
     r.t = seed_dir;

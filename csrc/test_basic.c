@@ -91,13 +91,6 @@ static int val_ok(const unsigned char *p, size_t n, size_t want_n,
     return 1;
 }
 
-static void msleep(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* Fills a casket with n records "k%06d" -> fill_val(vlen, i). */
 static int fill_records(qs_casket *c, int n, size_t vlen)
 {
@@ -1478,8 +1471,17 @@ static void cursor_semantics(void)
     CHECK_RC(put_str(c, "a", "1"), 0);
     CHECK_RC(put_str(c, "b", "2"), 0);
     CHECK_RC(put_str(c, "c", "3"), 0);
-    qs_cursor *cur = NULL;
+    qs_stat st;
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
+    qs_cursor *cur = NULL, *other = NULL;
     REQUIRE_RC(qs_cursor_open(c, &cur), 0);
+    REQUIRE_RC(qs_cursor_open(c, &other), 0);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 2);
+    qs_cursor_close(other);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 1);
     CHECK_RC(qs_cursor_get(cur, NULL, NULL, NULL, NULL), QS_NOTFOUND);
     CHECK_RC(qs_cursor_jump(cur, "b", 1), 0);
 
@@ -1563,6 +1565,8 @@ static void cursor_semantics(void)
     CHECK(records_of(c) == 1);
     CHECK_RC(get_rc(c, "c"), QS_NOTFOUND);
     qs_cursor_close(cur);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
     CHECK_RC(check_ok(c), 0);
     CHECK_RC(qs_close(c), 0);
     tc_tmp_remove(&t);
@@ -2509,47 +2513,43 @@ static void shutdown_concurrent(void)
 /* ------------------------------------------------------------------ */
 /* the inter-process lock                                              */
 
-/* Child: opens the casket for writing, reports on `ready`, holds it until
- * `release` reaches EOF (or hold_ms passes when >= 0), closes, exits. */
 /* A child process that opens path and holds the write lock inside a
  * transaction that puts k=child: for hold_ms then commits (hold_ms >= 0),
- * or until *release_fd is closed, then closes without committing.  It
- * writes 'y' to *ready_fd once the transaction is open. */
-static pid_t txn_holder(const char *path, long hold_ms, int *ready_fd, int *release_fd)
+ * or until its release reaches end of file, then closes without
+ * committing.  It reports 'y' once the transaction is open. */
+typedef struct {
+    const char *path;
+    long hold_ms;
+} holder_arg;
+
+static int txn_holder_main(void *arg, int report, int release)
 {
-    int rp[2], lp[2];
-    if (pipe(rp) != 0 || pipe(lp) != 0)
-        return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(rp[0]);
-        close(lp[1]);
-        int rc;
-        qs_casket *c = open_mode(path, QS_OPEN_WRITE, &rc);
-        int ok_txn = c && qs_begin(c) == 0 && put_str(c, "k", "child") == 0;
-        char ok = ok_txn ? 'y' : 'n';
-        if (write(rp[1], &ok, 1) != 1)
-            _exit(3);
-        if (!ok_txn)
-            _exit(2);
-        if (hold_ms >= 0) {
-            msleep(hold_ms);
-            if (qs_commit(c) != 0)
-                _exit(4);
-        } else {
-            char b;
-            while (read(lp[0], &b, 1) > 0)
-                ;
-        }
-        qs_close(c);
-        _exit(0);
+    const holder_arg *a = arg;
+    int rc;
+    qs_casket *c = open_mode(a->path, QS_OPEN_WRITE, &rc);
+    int ok_txn = c && qs_begin(c) == 0 && put_str(c, "k", "child") == 0;
+    char ok = ok_txn ? 'y' : 'n';
+    if (write(report, &ok, 1) != 1)
+        return 3;
+    if (!ok_txn)
+        return 2;
+    if (a->hold_ms >= 0) {
+        msleep(a->hold_ms);
+        if (qs_commit(c) != 0)
+            return 4;
+    } else {
+        char b;
+        while (read(release, &b, 1) > 0)
+            ;
     }
-    close(rp[1]);
-    close(lp[0]);
-    *ready_fd = rp[0];
-    *release_fd = lp[1];
-    return pid;
+    qs_close(c);
+    return 0;
+}
+
+static int txn_holder(tc_child *ch, const char *path, long hold_ms)
+{
+    holder_arg a = {path, hold_ms};
+    return tc_child_start(ch, txn_holder_main, &a);
 }
 
 /* Several processes open one casket read-write; the write lock is held for
@@ -2565,11 +2565,10 @@ static void lock_other_process(void)
     CHECK_RC(put_str(c, "k", "v"), 0);
     CHECK_RC(qs_close(c), 0);
 
-    int ready, release, status = 0;
-    pid_t pid = txn_holder(t.path, -1, &ready, &release);
-    REQUIRE(pid > 0);
+    tc_child holder;
+    REQUIRE(txn_holder(&holder, t.path, -1) == 0);
     char ok = 0;
-    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    CHECK(read(holder.report, &ok, 1) == 1 && ok == 'y');
 
     qs_options o;
     qs_options_init(&o);
@@ -2607,10 +2606,7 @@ static void lock_other_process(void)
     o.flag = QS_OPEN_WRITE;
 
     /* the holder closes without committing: its transaction is gone */
-    close(release);
-    waitpid(pid, &status, 0);
-    close(ready);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(tc_child_end(&holder) == 0);
     if (c) {
         CHECK_RC(put_str(c, "k2", "x"), 0);
         CHECK(get_is(c, "k", "v"));
@@ -2618,16 +2614,12 @@ static void lock_other_process(void)
     }
 
     /* a holder killed with SIGKILL releases the lock */
-    pid = txn_holder(t.path, -1, &ready, &release);
-    REQUIRE(pid > 0);
-    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    REQUIRE(txn_holder(&holder, t.path, -1) == 0);
+    CHECK(read(holder.report, &ok, 1) == 1 && ok == 'y');
     o.lock_timeout = 1;
     c = NULL;
     CHECK_RC(qs_open(t.path, &o, &c), 0);
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    close(ready);
-    close(release);
+    tc_child_kill(&holder);
     if (c) {
         CHECK_RC(put_str(c, "k3", "y"), 0);
         CHECK(get_is(c, "k", "v"));
@@ -2640,9 +2632,8 @@ static void lock_other_process(void)
     o.lock_timeout = 5;
     c = NULL;
     CHECK_RC(qs_open(t.path, &o, &c), 0);
-    pid = txn_holder(t.path, 300, &ready, &release);
-    REQUIRE(pid > 0);
-    CHECK(read(ready, &ok, 1) == 1 && ok == 'y');
+    REQUIRE(txn_holder(&holder, t.path, 300) == 0);
+    CHECK(read(holder.report, &ok, 1) == 1 && ok == 'y');
     t0 = tc_now();
     if (c) {
         CHECK_RC(put_str(c, "k4", "z"), 0);
@@ -2652,10 +2643,7 @@ static void lock_other_process(void)
         CHECK(get_is(c, "k", "child"));
         CHECK(get_is(c, "k4", "z"));
     }
-    waitpid(pid, &status, 0);
-    close(ready);
-    close(release);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(tc_child_end(&holder) == 0);
 
     /* two handles in one process write in turn and see each other */
     d = NULL;

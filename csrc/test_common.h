@@ -16,6 +16,17 @@
  * QS_TEST_SEED=n fixes the seed of the random tests; TMPDIR is where the
  * temporary caskets go (each case gets its own mkdtemp directory, removed
  * at the end unless QS_TEST_KEEP is set).
+ *
+ * The fixture: RUN ends every case by closing the caskets tc_open opened
+ * and the case did not close, and removing the directories tc_tmp_make
+ * made and the case did not remove, so a REQUIRE that returns early (or a
+ * CHECK-failed case that skipped its clean-up) leaves no handle for
+ * valgrind to report and no directory in TMPDIR.  qs_close is routed
+ * through tc_close to keep that record; tc_tmp_keep exempts a directory
+ * that outlives its case.
+ *
+ * Helpers: msleep; tc_child_start / tc_child_end / tc_child_kill, a forked
+ * child with a pipe each way (reports up, a release down).
  */
 #ifndef TEST_COMMON_H
 #define TEST_COMMON_H
@@ -24,6 +35,8 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -31,10 +44,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "qstore.h"
+
+static inline int tc_close(qs_casket *c);
+/* Every close in a test goes through tc_close, so the fixture knows which
+ * caskets are still open when a case ends; (qs_close) is the real one. */
+#define qs_close(c) tc_close(c)
 
 static atomic_int tc_cur_failed;
 static int tc_npass, tc_nfail;
@@ -93,6 +112,8 @@ static inline double tc_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static inline void tc_case_cleanup(void);
+
 #define RUN(fn)                                                              \
     do {                                                                     \
         double tc_t0_ = tc_now();                                            \
@@ -100,6 +121,7 @@ static inline double tc_now(void)
         tc_cur_name = #fn;                                                   \
         fflush(stdout);                                                      \
         fn();                                                                \
+        tc_case_cleanup();                                                   \
         if (tc_cur_failed) {                                                 \
             tc_nfail++;                                                      \
             printf("FAIL %s (%.2fs)\n", #fn, tc_now() - tc_t0_);             \
@@ -186,6 +208,146 @@ static inline void tc_fill(tc_rng *r, void *buf, size_t n)
     }
 }
 
+static inline void msleep(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* ---- what a case left behind (the fixture) ---- */
+
+/* Enough for any one case: a case that opens more without closing them
+ * gets a warning, and those are not closed for it. */
+#define TC_LEFT_MAX 64
+static pthread_mutex_t tc_left_mu = PTHREAD_MUTEX_INITIALIZER;
+static qs_casket *tc_left_caskets[TC_LEFT_MAX];
+static char tc_left_dirs[TC_LEFT_MAX][512];
+
+/* A free slot of the record, or -1 (with a warning naming what will not
+ * be cleaned up); called with tc_left_mu held. */
+static inline int tc_left_slot(const char *what)
+{
+    for (int i = 0; i < TC_LEFT_MAX; i++)
+        if (!tc_left_caskets[i] && !tc_left_dirs[i][0])
+            return i;
+    printf("  warning: more than %d caskets and directories open at once: "
+           "the fixture will not clean up %s\n", TC_LEFT_MAX, what);
+    return -1;
+}
+
+static inline void tc_left_add_casket(qs_casket *c)
+{
+    pthread_mutex_lock(&tc_left_mu);
+    int i = tc_left_slot("a casket");
+    if (i >= 0)
+        tc_left_caskets[i] = c;
+    pthread_mutex_unlock(&tc_left_mu);
+}
+
+static inline void tc_left_add_dir(const char *dir)
+{
+    pthread_mutex_lock(&tc_left_mu);
+    int i = tc_left_slot(dir);
+    if (i >= 0)
+        snprintf(tc_left_dirs[i], sizeof tc_left_dirs[i], "%s", dir);
+    pthread_mutex_unlock(&tc_left_mu);
+}
+
+/* Forgets c or dir (one of them NULL): the case cleaned it up itself. */
+static inline void tc_left_drop(qs_casket *c, const char *dir)
+{
+    pthread_mutex_lock(&tc_left_mu);
+    for (int i = 0; i < TC_LEFT_MAX; i++) {
+        if (c && tc_left_caskets[i] == c) {
+            tc_left_caskets[i] = NULL;
+            break;
+        }
+        if (dir && strcmp(tc_left_dirs[i], dir) == 0) {
+            tc_left_dirs[i][0] = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tc_left_mu);
+}
+
+static inline int tc_close(qs_casket *c)
+{
+    if (c)
+        tc_left_drop(c, NULL);
+    return (qs_close)(c);
+}
+
+/* ---- forked children ---- */
+
+/* A forked child and the parent's ends of its two pipes: `report` reads
+ * what the child writes to its report fd, closing `release` is end of file
+ * on the child's release fd (so a child can hold something until then). */
+typedef struct {
+    pid_t pid;
+    int report;
+    int release;
+} tc_child;
+
+/* What a child runs: its return is its exit status.  It must not return
+ * into the test harness, so it ends with _exit and never runs atexit. */
+typedef int (*tc_child_fn)(void *arg, int report_fd, int release_fd);
+
+/* Forks a child running fn(arg, ...); 0, or -1 (nothing started, no fd
+ * left open) when a pipe or the fork failed. */
+static inline int tc_child_start(tc_child *ch, tc_child_fn fn, void *arg)
+{
+    int up[2], down[2];
+    if (pipe(up) != 0)
+        return -1;
+    if (pipe(down) != 0) {
+        close(up[0]);
+        close(up[1]);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(up[0]);
+        close(up[1]);
+        close(down[0]);
+        close(down[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        _exit(fn(arg, up[1], down[0]));
+    }
+    close(up[1]);
+    close(down[0]);
+    ch->pid = pid;
+    ch->report = up[0];
+    ch->release = down[1];
+    return 0;
+}
+
+/* Releases the child, waits for it to end, closes the pipes; its exit
+ * status, or 128 + the signal that ended it. */
+static inline int tc_child_end(tc_child *ch)
+{
+    close(ch->release);
+    int status = 0;
+    while (waitpid(ch->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    close(ch->report);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* SIGKILLs the child, then tc_child_end (128 + SIGKILL unless it had ended
+ * by itself). */
+static inline int tc_child_kill(tc_child *ch)
+{
+    kill(ch->pid, SIGKILL);
+    return tc_child_end(ch);
+}
+
 /* ---- temporary directories ---- */
 
 typedef struct {
@@ -222,26 +384,68 @@ static inline int tc_tmp_make(tc_tmp *t)
     }
     snprintf(t->path, sizeof t->path, "%s/casket", t->dir);
     snprintf(t->log, sizeof t->log, "%s-log", t->path);
+    tc_left_add_dir(t->dir);
     return 0;
 }
+
+/* dir outlives the case that made it (the program removes it later):
+ * the fixture leaves it alone. */
+static inline void tc_tmp_keep(tc_tmp *t)
+{
+    tc_left_drop(NULL, t->dir);
+}
+
+static inline void tc_rmdir(const char *dir);
 
 static inline void tc_tmp_remove(tc_tmp *t)
 {
     if (!t->dir[0])
         return;
+    tc_left_drop(NULL, t->dir);
+    tc_rmdir(t->dir);
+    t->dir[0] = 0;
+}
+
+/* Removes dir and everything in it, unless QS_TEST_KEEP is set. */
+static inline void tc_rmdir(const char *dir)
+{
     const char *keep = getenv("QS_TEST_KEEP");
     if (keep && *keep) {
-        printf("  kept %s\n", t->dir);
+        printf("  kept %s\n", dir);
         return;
     }
-    nftw(t->dir, tc_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    if (tc_file_size(t->dir) >= 0) {
+    nftw(dir, tc_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (tc_file_size(dir) >= 0) {
         /* something recreated a file behind our back: try once more */
-        nftw(t->dir, tc_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-        if (tc_file_size(t->dir) >= 0)
-            printf("  warning: could not remove %s\n", t->dir);
+        nftw(dir, tc_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        if (tc_file_size(dir) >= 0)
+            printf("  warning: could not remove %s\n", dir);
     }
-    t->dir[0] = 0;
+}
+
+/* The end of every case (RUN): closes what it left open (last opened
+ * first), then removes the directories it left. */
+static inline void tc_case_cleanup(void)
+{
+    int caskets = 0, dirs = 0;
+    for (int i = TC_LEFT_MAX - 1; i >= 0; i--) {
+        qs_casket *c = tc_left_caskets[i];
+        if (c) {
+            tc_left_caskets[i] = NULL;
+            (qs_close)(c);
+            caskets++;
+        }
+    }
+    for (int i = 0; i < TC_LEFT_MAX; i++) {
+        if (tc_left_dirs[i][0]) {
+            tc_rmdir(tc_left_dirs[i]);
+            tc_left_dirs[i][0] = 0;
+            dirs++;
+        }
+    }
+    if (caskets || dirs)
+        printf("  [%s] the fixture closed %d casket(s) and removed %d "
+               "directory(ies) the case left\n", tc_cur_name, caskets, dirs);
 }
 
 
@@ -285,6 +489,7 @@ static inline qs_casket *tc_open(const char *path, int mode, int sync,
             printf("  qs_open failed (%d) but *out is not NULL\n", rc);
         return NULL;
     }
+    tc_left_add_casket(c);
     return c;
 }
 

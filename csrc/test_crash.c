@@ -156,6 +156,28 @@ static void child_main(const char *path, const crash_kind *kind,
     }
 }
 
+typedef struct {
+    const char *path;
+    const crash_kind *kind;
+    uint64_t cache, ckpt;
+} writer_arg;
+
+/* The child of the crash tests: child_main, reporting on report. */
+static int writer_main(void *arg, int report, int release)
+{
+    const writer_arg *a = arg;
+    (void)release;
+    child_main(a->path, a->kind, a->cache, a->ckpt, report);
+    return 99;
+}
+
+static int writer_start(tc_child *ch, const char *path, const crash_kind *kind,
+                        uint64_t cache, uint64_t ckpt)
+{
+    writer_arg a = {path, kind, cache, ckpt};
+    return tc_child_start(ch, writer_main, &a);
+}
+
 /* verifies that the casket holds exactly the state after transaction j */
 static void verify_state(qs_casket *c, const crash_kind *kind, uint64_t j,
                          int round)
@@ -252,18 +274,8 @@ static void crash_rounds(const crash_kind *kind)
             delay_ms = 5 + (long)tc_below(&rng, 300);
         if (small)
             delay_ms = delay_ms * 4 + 500;
-        int p[2];
-        REQUIRE(pipe(p) == 0);
-        fflush(stdout);
-        fflush(stderr);
-        pid_t pid = fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0) {
-            close(p[0]);
-            child_main(t.path, kind, cache, ckpt, p[1]);
-            _exit(99);
-        }
-        close(p[1]);
+        tc_child writer;
+        REQUIRE(writer_start(&writer, t.path, kind, cache, ckpt) == 0);
         uint64_t reported = 0, nrep = 0;
         double deadline = tc_now() + delay_ms / 1000.0;
         int eof = 0;
@@ -272,11 +284,11 @@ static void crash_rounds(const crash_kind *kind)
             double left = deadline - tc_now();
             if (left <= 0)
                 break;
-            struct pollfd pf = {p[0], POLLIN, 0};
+            struct pollfd pf = {writer.report, POLLIN, 0};
             int pr = poll(&pf, 1, (int)(left * 1000) + 1);
             if (pr > 0) {
                 uint64_t x;
-                ssize_t n = read(p[0], &x, sizeof x);
+                ssize_t n = read(writer.report, &x, sizeof x);
                 if (n == sizeof x) {
                     reported = x;
                     nrep++;
@@ -286,21 +298,20 @@ static void crash_rounds(const crash_kind *kind)
                 }
             }
         }
-        kill(pid, SIGKILL);
-        int status = 0;
-        waitpid(pid, &status, 0);
+        kill(writer.pid, SIGKILL);
         if (!eof) {
+            /* what it wrote before it died; end of file once it is dead */
             uint64_t x;
-            while (read(p[0], &x, sizeof x) == sizeof x) {
+            while (read(writer.report, &x, sizeof x) == sizeof x) {
                 reported = x;
                 nrep++;
             }
         }
-        close(p[0]);
-        if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
-            printf("  round %d: the child ended by itself (status 0x%x) "
+        int status = tc_child_end(&writer);
+        if (status != 128 + SIGKILL) {
+            printf("  round %d: the child ended by itself (status %d) "
                    "before the kill\n", round, status);
-            CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+            CHECK(status == 128 + SIGKILL);
             break;
         }
         if (nrep == 0)
@@ -377,26 +388,15 @@ static void log_damage(void)
     tc_tmp t;
     REQUIRE(tc_tmp_make(&t) == 0);
     const crash_kind *kind = &K_LOGONLY;
-    int p[2];
-    REQUIRE(pipe(p) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        close(p[0]);
-        child_main(t.path, kind, 0, 0, p[1]);
-        _exit(99);
-    }
-    close(p[1]);
+    tc_child writer;
+    REQUIRE(writer_start(&writer, t.path, kind, 0, 0) == 0);
     uint64_t x, last = 0;
-    while (read(p[0], &x, sizeof x) == sizeof x) {
+    while (read(writer.report, &x, sizeof x) == sizeof x) {
         last = x;
         if (x >= kind->stop_after)
             break;
     }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    close(p[0]);
+    tc_child_kill(&writer);
     REQUIRE(last == kind->stop_after);
 
     char orig[700], origlog[720];

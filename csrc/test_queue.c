@@ -41,13 +41,6 @@ static qs_casket *open_q(const char *path, int mode, int *rc)
     return tc_open(path, mode, 0, 0, 0, rc);
 }
 
-static void msleep(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static int qput(qs_casket *c, const char *q, const char *v, uint64_t *id)
 {
     return qs_queue_put(c, q, strlen(q), v, strlen(v), id);
@@ -1512,33 +1505,36 @@ static void threads_wake(void)
 /* several processes                                                   */
 
 /* A child that opens path, reserves n items of queue q (lease seconds, 0:
- * none), reports their ids on *ready_fd and waits to be killed. */
-static pid_t reserving_child(const char *path, const char *q, int n, double lease, int *ready_fd)
+ * none), reports their ids and waits to be killed. */
+typedef struct {
+    const char *path, *q;
+    int n;
+    double lease;
+} reserving_arg;
+
+static int reserving_main(void *arg, int report, int release)
 {
-    int p[2];
-    if (pipe(p) != 0)
-        return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[0]);
-        int rc;
-        qs_casket *c = open_q(path, QS_OPEN_WRITE, &rc);
-        uint64_t ids[16] = {0};
-        for (int i = 0; c && i < n && i < 16; i++) {
-            qs_items *it = NULL;
-            if (qs_queue_reserve(c, q, strlen(q), 0, lease, &it) == 0 && it->count == 1)
-                ids[i] = it->ids[0];
-            qs_items_free(it);
-        }
-        if (write(p[1], ids, sizeof ids) != (ssize_t)sizeof ids)
-            _exit(3);
-        for (;;)
-            pause();
+    const reserving_arg *a = arg;
+    (void)release;
+    int rc;
+    qs_casket *c = open_q(a->path, QS_OPEN_WRITE, &rc);
+    uint64_t ids[16] = {0};
+    for (int i = 0; c && i < a->n && i < 16; i++) {
+        qs_items *it = NULL;
+        if (qs_queue_reserve(c, a->q, strlen(a->q), 0, a->lease, &it) == 0 && it->count == 1)
+            ids[i] = it->ids[0];
+        qs_items_free(it);
     }
-    close(p[1]);
-    *ready_fd = p[0];
-    return pid;
+    if (write(report, ids, sizeof ids) != (ssize_t)sizeof ids)
+        return 3;
+    for (;;)
+        pause();
+}
+
+static int reserving_child(tc_child *ch, const char *path, const char *q, int n, double lease)
+{
+    reserving_arg a = {path, q, n, lease};
+    return tc_child_start(ch, reserving_main, &a);
 }
 
 /* Reservations are shared: another process's reserved items are hidden and
@@ -1555,19 +1551,15 @@ static void processes_reservations(void)
     uint64_t id[4];
     for (int i = 0; i < 4; i++)
         CHECK_RC(qput(c, "q", v[i], &id[i]), 0);
-    int ready;
-    pid_t pid = reserving_child(t.path, "q", 2, 0, &ready);
-    REQUIRE(pid > 0);
+    tc_child holder;
+    REQUIRE(reserving_child(&holder, t.path, "q", 2, 0) == 0);
     uint64_t got[16] = {0};
-    CHECK(read(ready, got, sizeof got) == (ssize_t)sizeof got);
+    CHECK(read(holder.report, got, sizeof got) == (ssize_t)sizeof got);
     CHECK(got[0] == id[0] && got[1] == id[1]);
     CHECK(qlen(c, "q") == 2);
     CHECK(get_is(c, "q", "p2", id[2]));
     CHECK(qlen(c, "q") == 1);
-    kill(pid, SIGKILL);
-    int status;
-    waitpid(pid, &status, 0);
-    close(ready);
+    tc_child_kill(&holder);
     /* the dead holder is noticed by a look at the queue (at most every
      * 100 ms) */
     double t0 = tc_now();
@@ -1593,6 +1585,29 @@ static void processes_reservations(void)
     tc_tmp_remove(&t);
 }
 
+/* A child that opens path, reports 'r', gets one item of queue "w"
+ * waiting up to 10 s and reports 'y' when it got "hi" within 5 s. */
+static int waiting_getter_main(void *arg, int report, int release)
+{
+    (void)release;
+    int rc;
+    qs_casket *d = open_q(arg, QS_OPEN_WRITE, &rc);
+    char r = 'n';
+    if (d && write(report, "r", 1) == 1) {
+        qs_items *it = NULL;
+        double t0 = tc_now();
+        rc = qs_queue_get(d, "w", 1, 1, 10.0, &it);
+        if (rc == 0 && it->count == 1 && item_is(it, 0, "hi", 0) &&
+            tc_now() - t0 < 5.0)
+            r = 'y';
+        qs_items_free(it);
+        qs_close(d);
+    }
+    if (write(report, &r, 1) != 1)
+        return 3;
+    return 0;
+}
+
 /* A child blocked in get wakes when this process commits a put. */
 static void processes_wake(void)
 {
@@ -1601,40 +1616,16 @@ static void processes_wake(void)
     int rc;
     qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
     REQUIRE_RC(rc, 0);
-    int p[2];
-    REQUIRE(pipe(p) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[0]);
-        qs_casket *d = open_q(t.path, QS_OPEN_WRITE, &rc);
-        char r = 'n';
-        if (d && write(p[1], "r", 1) == 1) {
-            qs_items *it = NULL;
-            double t0 = tc_now();
-            rc = qs_queue_get(d, "w", 1, 1, 10.0, &it);
-            if (rc == 0 && it->count == 1 && item_is(it, 0, "hi", 0) &&
-                tc_now() - t0 < 5.0)
-                r = 'y';
-            qs_items_free(it);
-            qs_close(d);
-        }
-        if (write(p[1], &r, 1) != 1)
-            _exit(3);
-        _exit(0);
-    }
-    close(p[1]);
+    tc_child getter;
+    REQUIRE(tc_child_start(&getter, waiting_getter_main, t.path) == 0);
     char r = 0;
-    CHECK(read(p[0], &r, 1) == 1 && r == 'r');
+    CHECK(read(getter.report, &r, 1) == 1 && r == 'r');
     msleep(100);    /* let it block */
     CHECK_RC(qput(c, "w", "hi", NULL), 0);
     double t0 = tc_now();
-    CHECK(read(p[0], &r, 1) == 1 && r == 'y');
+    CHECK(read(getter.report, &r, 1) == 1 && r == 'y');
     printf("  woken and answered after %.3f s\n", tc_now() - t0);
-    int status;
-    waitpid(pid, &status, 0);
-    close(p[0]);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(tc_child_end(&getter) == 0);
     CHECK(qlen(c, "w") == 0);
     qs_close(c);
     tc_tmp_remove(&t);

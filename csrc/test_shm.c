@@ -33,68 +33,48 @@ static void region_init(sh_region *r)
 typedef int (*child_fn)(sh_region *r);
 
 typedef struct {
-    pid_t pid;
-    int done_fd;        /* read end: one byte once the child did its part */
-    int hold_fd;        /* write end: closing it lets a holding child exit */
-} child;
+    child_fn fn;
+    int hold;
+} attach_arg;
 
-/* Forks a child that attaches, runs fn, reports, then either exits at once
- * (dies holding whatever fn took: _exit, no sh_close) or, with hold, stays
- * attached until released. */
-static int child_start(child *ch, child_fn fn, int hold)
+/* The child of child_start: attaches, runs fn, reports its status byte,
+ * then either exits at once (dies holding whatever fn took: _exit, no
+ * sh_close) or, with hold, stays attached until released. */
+static int attached_main(void *arg, int report, int release)
 {
-    int done[2], keep[2];
-    if (pipe(done) != 0 || pipe(keep) != 0)
-        return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        close(done[0]);
-        close(keep[1]);
-        sh_region r;
-        int alone = 0;
-        int status = sh_open(&r, region_path, 0644, 2.0, &alone) == 0 && !alone ? fn(&r) : 90;
-        char b = (char)status;
-        if (write(done[1], &b, 1) != 1)
-            _exit(91);
-        if (hold)
-            while (read(keep[0], &b, 1) > 0)
-                ;
-        _exit(status);
-    }
-    close(done[1]);
-    close(keep[0]);
-    ch->pid = pid;
-    ch->done_fd = done[0];
-    ch->hold_fd = keep[1];
-    return 0;
+    const attach_arg *a = arg;
+    sh_region r;
+    int alone = 0;
+    int status = sh_open(&r, region_path, 0644, 2.0, &alone) == 0 && !alone ? a->fn(&r) : 90;
+    char b = (char)status;
+    if (write(report, &b, 1) != 1)
+        return 91;
+    if (a->hold)
+        while (read(release, &b, 1) > 0)
+            ;
+    return status;
+}
+
+static int child_start(tc_child *ch, child_fn fn, int hold)
+{
+    attach_arg a = {fn, hold};
+    return tc_child_start(ch, attached_main, &a);
 }
 
 /* Waits for the child's report; its status byte. */
-static int child_report(child *ch)
+static int child_report(tc_child *ch)
 {
     char b = 99;
-    if (read(ch->done_fd, &b, 1) != 1)
+    if (read(ch->report, &b, 1) != 1)
         return 98;
     return b;
-}
-
-static int child_finish(child *ch)
-{
-    close(ch->hold_fd);
-    close(ch->done_fd);
-    int status = 0;
-    waitpid(ch->pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* Runs fn in a child with a deadline (seconds): its exit status, or -1 if
  * it had to be killed. */
 static int child_within(child_fn fn, double deadline)
 {
-    child ch;
+    tc_child ch;
     if (child_start(&ch, fn, 0) != 0)
         return -2;
     double t0 = tc_now();
@@ -104,16 +84,13 @@ static int child_within(child_fn fn, double deadline)
         if (w == ch.pid)
             break;
         if (tc_now() - t0 > deadline) {
-            kill(ch.pid, SIGKILL);
-            waitpid(ch.pid, &status, 0);
-            close(ch.done_fd);
-            close(ch.hold_fd);
+            tc_child_kill(&ch);
             return -1;
         }
         usleep(2000);
     }
-    close(ch.done_fd);
-    close(ch.hold_fd);
+    close(ch.report);
+    close(ch.release);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -164,10 +141,10 @@ static void dies_then_slot_reused(child_fn fn, child_fn after)
     region_init(&owner);
     REQUIRE(owner.fd >= 0);
 
-    child dying, newcomer;
+    tc_child dying, newcomer;
     REQUIRE(child_start(&dying, fn, 0) == 0);
     CHECK_RC(child_report(&dying), 0);
-    CHECK_RC(child_finish(&dying), 0);
+    CHECK_RC(tc_child_end(&dying), 0);
     REQUIRE(child_start(&newcomer, just_attach, 1) == 0);
     CHECK_RC(child_report(&newcomer), 0);
 
@@ -177,7 +154,7 @@ static void dies_then_slot_reused(child_fn fn, child_fn after)
     int died = 0;
     CHECK_RC(sh_wlock(&owner, 3.0, &died), 0);
     sh_wunlock(&owner);
-    CHECK_RC(child_finish(&newcomer), 0);
+    CHECK_RC(tc_child_end(&newcomer), 0);
     sh_close(&owner);
     tc_tmp_remove(&t);
 }
@@ -199,10 +176,10 @@ static void checkpointer_died_slot_free(void)
     snprintf(region_path, sizeof region_path, "%s-shm", t.path);
     sh_region owner;
     region_init(&owner);
-    child dying;
+    tc_child dying;
     REQUIRE(child_start(&dying, begin_checkpoint, 0) == 0);
     CHECK_RC(child_report(&dying), 0);
-    CHECK_RC(child_finish(&dying), 0);
+    CHECK_RC(tc_child_end(&dying), 0);
     CHECK_RC(child_within(enter_op, 3.0), 0);
     double t0 = tc_now();
     sh_op_enter(&owner);
@@ -240,7 +217,7 @@ static void live_checkpointer_keeps_ops_out(void)
     int began[2];
     REQUIRE(pipe(began) == 0);
     began_fd = began[1];
-    child ck;
+    tc_child ck;
     REQUIRE(child_start(&ck, checkpoint_briefly, 1) == 0);
     char b = 0;
     CHECK(read(began[0], &b, 1) == 1);  /* it is inside its 300 ms checkpoint */
@@ -253,7 +230,7 @@ static void live_checkpointer_keeps_ops_out(void)
     CHECK_RC(child_report(&ck), 0);
     CHECK(waited > 0.05);
     CHECK(waited < 2.0);
-    CHECK_RC(child_finish(&ck), 0);
+    CHECK_RC(tc_child_end(&ck), 0);
     sh_close(&owner);
     tc_tmp_remove(&t);
 }
@@ -282,6 +259,24 @@ static int has_open(pid_t pid, const char *path)
 /* An opener that created the region and failed removes it; one that was
  * waiting for it meanwhile must not settle on the removed file (it would
  * be alone there while the next opener is alone in a new one). */
+/* The child of discarded_region_is_not_joined: drops the parent's
+ * descriptor of region *arg (it must not count as its own), closes its
+ * report (end of file tells the parent), then opens the region anew,
+ * waiting up to 5 s: 0 when it made a new one at region_path. */
+static int joining_main(void *arg, int report, int release)
+{
+    (void)release;
+    sh_forget(arg);
+    close(report);
+    sh_region b;
+    int al = 0;
+    int rc = sh_open(&b, region_path, 0644, 5.0, &al);
+    struct stat x, y;
+    int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(region_path, &y) == 0 &&
+               x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+    return rc ? 10 : !al ? 11 : !same ? 12 : 0;
+}
+
 static void discarded_region_is_not_joined(void)
 {
     tc_tmp t = {0};
@@ -291,36 +286,17 @@ static void discarded_region_is_not_joined(void)
     int alone = 0;
     REQUIRE_RC(sh_open(&a, region_path, 0644, 1.0, &alone), 0);
     REQUIRE(alone && a.created);
-    int ready[2];
-    REQUIRE(pipe(ready) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        sh_forget(&a);  /* the parent's descriptor: it must not count as ours */
-        close(ready[0]);
-        close(ready[1]);
-        sh_region b;
-        int al = 0;
-        int rc = sh_open(&b, region_path, 0644, 5.0, &al);
-        struct stat x, y;
-        int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(region_path, &y) == 0 &&
-                   x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-        _exit(rc ? 10 : !al ? 11 : !same ? 12 : 0);
-    }
-    close(ready[1]);
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, joining_main, &a) == 0);
     char c;
-    CHECK(read(ready[0], &c, 1) == 0);  /* the child dropped its copy */
-    close(ready[0]);
+    CHECK(read(ch.report, &c, 1) == 0);  /* the child dropped its copy */
     /* until the child holds the file open, waiting for byte 0 */
-    for (double t0 = tc_now(); !has_open(pid, region_path) && tc_now() - t0 < 5;)
+    for (double t0 = tc_now(); !has_open(ch.pid, region_path) && tc_now() - t0 < 5;)
         usleep(1000);
-    CHECK(has_open(pid, region_path));
+    CHECK(has_open(ch.pid, region_path));
     sh_discard(&a, region_path);
     sh_close(&a);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CHECK_RC(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), 0);
+    CHECK_RC(tc_child_end(&ch), 0);
     CHECK(access(region_path, F_OK) == 0);  /* the child's own, new region */
     unlink(region_path);
     tc_tmp_remove(&t);

@@ -871,7 +871,8 @@ class Casket(MutableMapping[bytes, bytes]):
 
     def stats(self) -> dict[str, Any]:
         """Every field of ``qs_stat`` (pages, free_pages, records,
-        file_bytes, log_bytes, depth, commits, ...) plus ``"path"``."""
+        file_bytes, log_bytes, depth, commits, ..., open_cursors: the C
+        cursors of live iterators of this handle) plus ``"path"``."""
         st = ffi.new("qs_stat *")
         self._call("stats", lib.qs_stat_get, st)
         d: dict[str, Any] = {name: int(getattr(st, name)) for name in _STAT_FIELDS}

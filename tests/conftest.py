@@ -7,6 +7,7 @@ from typing import Iterator
 import pytest
 
 import pyqstore
+from _procs import Kids
 
 
 @pytest.fixture
@@ -23,3 +24,14 @@ def casket(path) -> Iterator[pyqstore.Casket]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def kids() -> Iterator[Kids]:
+    """Starts multiprocessing children (Kids.start, Kids.spawn) and kills
+    whatever of them is still running when the test ends."""
+    k = Kids()
+    try:
+        yield k
+    finally:
+        k.cleanup()

@@ -1,11 +1,11 @@
 """Tests of the Casket API: every method, edge cases, errors, threads."""
 from __future__ import annotations
 
+import gc
+import importlib.metadata
 import os
 import pathlib
 import random
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -22,6 +22,7 @@ from pyqstore import (
     TransactionError,
 )
 from pyqstore._qstore import lib
+from _procs import start_python
 
 MAX_KEY = lib.QS_MAX_KEY
 PAGE = lib.QS_PAGE_SIZE
@@ -36,7 +37,9 @@ def model_items(model: dict[bytes, list[bytes]]) -> list[tuple[bytes, bytes]]:
 
 
 def test_version():
-    assert pyqstore.__version__ == "0.1.0"
+    """__version__ is the version of the installed distribution (one
+    number, in pyproject.toml; a stale copy in __init__.py fails here)."""
+    assert pyqstore.__version__ == importlib.metadata.version("pyqstore")
 
 
 def test_open_create_and_reopen(path):
@@ -217,11 +220,7 @@ def test_write_lock_held_by_other_process(path):
         c.close()
         """
     )
-    child = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    child = start_python(code, stdin=True)
     try:
         assert child.stdout.readline() == b"ready\n"
         with pyqstore.open(path, "w", lock_timeout=0) as c:
@@ -573,15 +572,25 @@ def test_cursor_read_reverse_after_last_key_removed(casket):
 
 
 def test_abandoned_iterators(casket):
+    """Iterators dropped half-way, or closed, give their C cursor back:
+    stats()["open_cursors"] counts the cursors of the handle, so one that
+    stays open after its iterator is gone shows as a count above 0."""
     _populate_iter(casket)
+    assert casket.stats()["open_cursors"] == 0
     its = [casket.items() for _ in range(20)]
     for it in its:
         next(it)
-    del its
+    assert casket.stats()["open_cursors"] == 20
+    del its, it
+    gc.collect()
+    assert casket.stats()["open_cursors"] == 0
     it = casket.keys(reverse=True)
     next(it)
+    assert casket.stats()["open_cursors"] == 1
     it.close()
+    assert casket.stats()["open_cursors"] == 0
     assert len(list(casket.items())) == 600
+    assert casket.stats()["open_cursors"] == 0
 
 
 def test_close_closes_iterators(path):
@@ -745,7 +754,8 @@ def test_stats(casket):
     st = casket.stats()
     for name in ["page_size", "format_version", "pages", "free_pages", "records",
                  "file_bytes", "log_bytes", "log_file_bytes", "depth",
-                 "in_transaction", "commits", "syncs", "checkpoints", "spilled_pages"]:
+                 "in_transaction", "commits", "syncs", "checkpoints", "spilled_pages",
+                 "open_cursors"]:
         assert name in st and isinstance(st[name], int)
     assert st["path"] == casket.path
     assert st["page_size"] == PAGE

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import pyqstore
+from _procs import complete_lines, kill_after, kill_moment
 
 # CI runs 200 (QS_CRASH_ROUNDS=200); 20 keep the everyday suite quick.
 ROUNDS = int(os.environ.get("QS_CRASH_ROUNDS", "20"))
@@ -83,25 +80,10 @@ def run_child(path: str, first: int, delay: float, wait_open: bool) -> int | Non
     """Start the writer and SIGKILL it `delay` seconds after it has opened
     the casket (or after it started, when not wait_open); return the last
     transaction number it reported (None if none)."""
-    # bufsize=0: readline() must not read ahead past "open\n", since
-    # communicate() reads the pipe itself and would miss buffered lines.
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, path, str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,
-    )
-    try:
-        if wait_open:
-            line = proc.stdout.readline()
-            assert line == b"open\n", (line, proc.stderr.read())
-        time.sleep(delay)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
+    out = kill_after(CHILD, path, str(first), delay=delay,
+                     ready=b"open\n" if wait_open else None)
     last = None
-    for ln in out.split(b"\n")[:-1]:  # complete lines only
+    for ln in complete_lines(out):
         if ln != b"open":
             last = int(ln)
     return last
@@ -120,11 +102,8 @@ def test_sigkill_durability(tmp_path):
     model: dict[bytes, list[bytes]] = {}  # state after `committed`
     mid_stream = 0
     for rnd_no in range(ROUNDS):
-        wait_open = rnd_no % 4 != 3
-        if wait_open:
-            delay = rnd.choice([0.0, 0.002, 0.01, 0.03, 0.08, 0.15, 0.3])
-        else:
-            delay = rnd.uniform(0.02, 0.25)  # may land inside open()
+        delay, wait_open = kill_moment(rnd, rnd_no, 4, [0.0, 0.002, 0.01, 0.03, 0.08, 0.15, 0.3],
+                                       in_open=(0.02, 0.25))
         reported = run_child(path, committed + 1, delay, wait_open)
         with pyqstore.open(path, "w") as c:
             c.check()

@@ -16,16 +16,14 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import struct
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
 
 import pyqstore
 from pyqstore import CorruptError
+from _procs import kill_after
 
 PG_SIZE = 4096
 FRAME_HDR = 8
@@ -94,23 +92,12 @@ time.sleep(600)
 """.format(txns=TXNS, per=PER_TXN)
 
 
-def run_and_kill(script: str, *args: str) -> None:
-    """Runs script until it prints "done", then SIGKILLs it."""
-    child = subprocess.Popen([sys.executable, "-c", script, *args],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "done"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-
-
 def killed_writer(directory: str, queues: bool) -> str:
     """Runs the writer to the end of its work, SIGKILLs it before any
     checkpoint, and returns the casket's path (the log holds everything)."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "c.qs")
-    run_and_kill(WRITER, path, "1" if queues else "0")
+    kill_after(WRITER, path, "1" if queues else "0", ready=b"done\n")
     return path
 
 
@@ -311,12 +298,12 @@ def test_torn_header_of_an_unsynced_log_is_silent(tmp_path):
     path = str(directory / "c.qs")
     with pyqstore.open(path, "c", sync=False, checkpoint_size=1 << 30) as c:
         c.put(b"checkpointed", b"1")
-    run_and_kill("import sys, time, pyqstore\n"
-                 "c = pyqstore.open(sys.argv[1], 'w', sync=False, checkpoint_size=1 << 30)\n"
-                 "for i in range(50):\n"
-                 "    c.put(b'k%d' % i, b'v')\n"
-                 "print('done', flush=True)\n"
-                 "time.sleep(600)\n", path)
+    kill_after("import sys, time, pyqstore\n"
+               "c = pyqstore.open(sys.argv[1], 'w', sync=False, checkpoint_size=1 << 30)\n"
+               "for i in range(50):\n"
+               "    c.put(b'k%d' % i, b'v')\n"
+               "print('done', flush=True)\n"
+               "time.sleep(600)\n", path, ready=b"done\n")
     with open(path + "-log", "rb") as f:
         log = f.read()
     assert all(f.synced == 0 for f in log_frames(log) if f.commit)

@@ -54,7 +54,6 @@ import random
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -63,124 +62,18 @@ import pytest
 
 import pyqstore
 from pyqstore import Empty, LockedError, NotReservedError
+from _procs import ANSWER, Kids, child_error, exc_info, join_ok, kill_child, qualname, recv
 
 # The engine adds pyqstore.ForkedError; until then any pyqstore.Error (with
 # "fork" in its message) is what is asked for.
 ForkedError = getattr(pyqstore, "ForkedError", pyqstore.Error)
 
-ANSWER = 30.0  # seconds: a child that has not answered by then is hung
 LONG_LOCK = 10.0  # lock_timeout where a process must never give up
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork") or "fork" not in mp.get_all_start_methods(),
     reason="needs POSIX processes (fork and spawn)",
 )
-
-
-# ============================================================ child plumbing
-
-
-def _qualname(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _exc_info(e: BaseException) -> tuple[str, tuple[str, ...], str]:
-    """(class name, qualified names of the classes in its MRO, message): an
-    exception described in a form that always crosses a pipe."""
-    return type(e).__name__, tuple(_qualname(k) for k in type(e).__mro__), str(e)
-
-
-def _entry(fn: Callable[..., None], conn: Any, args: tuple) -> None:
-    """Every child runs fn(conn, *args) through this: an exception is sent
-    to the parent as ("error", traceback) and gives exit code 1."""
-    try:
-        fn(conn, *args)
-    except BaseException:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        except Exception:  # noqa: BLE001 - the pipe may be gone
-            pass
-        raise
-
-
-class Kids:
-    """Starts children through explicit contexts; kills and reaps whatever
-    is left at the end of the test."""
-
-    def __init__(self) -> None:
-        self.procs: list[Any] = []
-
-    def start(self, fn: Callable[..., None], *args: Any, method: str = "spawn",
-              name: Optional[str] = None) -> tuple[Any, Any]:
-        ctx = mp.get_context(method)
-        parent_end, child_end = ctx.Pipe()
-        p = ctx.Process(target=_entry, args=(fn, child_end, args), name=name, daemon=True)
-        try:
-            p.start()
-        except BaseException:
-            parent_end.close()
-            child_end.close()
-            raise
-        child_end.close()
-        self.procs.append(p)
-        return p, parent_end
-
-    def cleanup(self) -> None:
-        for p in self.procs:
-            if p.exitcode is None and p.is_alive():
-                p.kill()
-        for p in self.procs:
-            p.join(10)
-
-
-@pytest.fixture
-def kids():
-    k = Kids()
-    try:
-        yield k
-    finally:
-        k.cleanup()
-
-
-def recv(conn: Any, proc: Any, timeout: float = ANSWER, what: str = "an answer") -> Any:
-    """The next message from a child; fails (never hangs) when the child
-    died or stayed silent for timeout seconds, or reported an error."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if conn.poll(0.02):
-            try:
-                msg = conn.recv()
-            except EOFError:
-                proc.join(5)
-                raise AssertionError(
-                    f"child {proc.name} exited (code {proc.exitcode}) before sending {what}"
-                ) from None
-            if isinstance(msg, tuple) and msg and msg[0] == "error":
-                raise AssertionError(f"child {proc.name} failed:\n{msg[1]}")
-            return msg
-        if not proc.is_alive() and not conn.poll(0):
-            proc.join(5)
-            raise AssertionError(
-                f"child {proc.name} exited (code {proc.exitcode}) before sending {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"child {proc.name} sent no {what} within {timeout} s (hung)")
-
-
-def join_ok(proc: Any, conn: Any = None, timeout: float = ANSWER) -> None:
-    """Join a child that is expected to finish cleanly."""
-    proc.join(timeout)
-    assert not proc.is_alive(), f"child {proc.name} still running after {timeout} s (hung)"
-    if proc.exitcode != 0:
-        detail = ""
-        if conn is not None:
-            try:
-                while conn.poll(0):
-                    msg = conn.recv()
-                    if isinstance(msg, tuple) and msg and msg[0] == "error":
-                        detail = msg[1]
-            except (EOFError, OSError):
-                pass
-        raise AssertionError(f"child {proc.name} exited with code {proc.exitcode}\n{detail}")
 
 
 # ------------------------------------------------- a casket in another process
@@ -194,7 +87,7 @@ def _serve(conn: Any, path: str, open_kw: dict) -> None:
     try:
         c = pyqstore.open(path, **open_kw)
     except pyqstore.Error as e:
-        conn.send(("open-failed", _exc_info(e), time.monotonic() - t0))
+        conn.send(("open-failed", exc_info(e), time.monotonic() - t0))
         return
     held: dict[int, Any] = {}  # reserved Items by id
     conn.send(("ready", os.getpid()))
@@ -223,7 +116,7 @@ def _serve(conn: Any, path: str, open_kw: dict) -> None:
                     value = list(value)
             out = ("ok", value, t0, time.monotonic())
         except Exception as e:  # noqa: BLE001 - handed to the parent
-            out = ("exc", _exc_info(e), t0, time.monotonic())
+            out = ("exc", exc_info(e), t0, time.monotonic())
         conn.send(out)
     c.close()
     conn.send(("closed",))
@@ -246,7 +139,7 @@ class Res:
         return self.t1 - self.t0
 
     def raised(self, cls: type) -> bool:
-        return not self.ok and _qualname(cls) in self.exc[1]
+        return not self.ok and qualname(cls) in self.exc[1]
 
     def __str__(self) -> str:
         if self.ok:
@@ -330,9 +223,8 @@ class Remote:
     def kill(self) -> float:
         """SIGKILL the child; returns the monotonic time of the kill."""
         t = time.monotonic()
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.join(10)
-        assert self.proc.exitcode == -signal.SIGKILL, self.proc.exitcode
+        exitcode = kill_child(self.proc)
+        assert exitcode == -signal.SIGKILL, exitcode
         return t
 
 
@@ -1070,12 +962,12 @@ def _use_inherited(conn: Any, box: list) -> None:
             v = fn()
             conn.send((label, "ok", repr(v)[:200]))
         except BaseException as e:  # noqa: BLE001 - reported to the parent
-            conn.send((label, "exc", _exc_info(e)))
+            conn.send((label, "exc", exc_info(e)))
     try:
         c.close()
         conn.send(("close", "ok", None))
     except BaseException as e:  # noqa: BLE001
-        conn.send(("close", "exc", _exc_info(e)))
+        conn.send(("close", "exc", exc_info(e)))
     c.__del__()  # what the garbage collector does with the handle
     gc.collect()
     conn.send(("end",))
@@ -1110,8 +1002,8 @@ def test_casket_inherited_through_fork(kids, path):
                 continue  # closing the inherited handle may be a no-op
             assert outcome == "exc", f"{label} on an inherited casket worked in the child: {info}"
             name, mro, text = info
-            assert _qualname(pyqstore.Error) in mro, f"{label}: {name}: {text}"
-            assert _qualname(ForkedError) in mro, f"{label}: {name}: {text}"
+            assert qualname(pyqstore.Error) in mro, f"{label}: {name}: {text}"
+            assert qualname(ForkedError) in mro, f"{label}: {name}: {text}"
             assert "fork" in text.lower(), f"{label}: message does not mention fork: {text!r}"
         join_ok(p, conn)
 
@@ -1258,17 +1150,6 @@ def _consumer(conn: Any, path: str, cid: int, total: int, seed: int) -> None:
     conn.send(("done", cid))
 
 
-def _child_error(conn: Any) -> str:
-    try:
-        while conn.poll(0):
-            msg = conn.recv()
-            if isinstance(msg, tuple) and msg and msg[0] == "error":
-                return msg[1]
-    except (EOFError, OSError):
-        pass
-    return ""
-
-
 @pytest.mark.parametrize("method,kill", [("spawn", False), ("fork", True)],
                          ids=["spawn", "fork-sigkill"])
 def test_producers_consumers_exactly_once(kids, path, method, kill):
@@ -1293,7 +1174,7 @@ def test_producers_consumers_exactly_once(kids, path, method, kill):
         for p, conn in producers + consumers:
             if p.name in killed or p.exitcode in (None, 0):
                 continue
-            raise AssertionError(f"{p.name} exited with code {p.exitcode}\n{_child_error(conn)}")
+            raise AssertionError(f"{p.name} exited with code {p.exitcode}\n{child_error(conn)}")
 
     for _ in range(CONSUMERS):
         start_consumer()
@@ -1308,9 +1189,7 @@ def test_producers_consumers_exactly_once(kids, path, method, kill):
         if not live:
             break
         victim = rnd.choice(live)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.join(10)
-        assert victim.exitcode is not None, f"{victim.name} survived SIGKILL"
+        assert kill_child(victim) is not None, f"{victim.name} survived SIGKILL"
         killed.add(victim.name)
         start_consumer()
 

@@ -10,59 +10,36 @@ from __future__ import annotations
 
 import errno
 import os
-import pickle
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import traceback
 
 import pytest
 from click.testing import CliRunner
 
 import pyqstore
 from pyqstore.cli import main
+from _procs import in_forked_child
 
 ROOT = os.geteuid() == 0
 need_root = pytest.mark.skipif(
     not ROOT, reason="needs root: mounts a tmpfs, or runs a child as another user")
 
 
-def in_child(fn, *, user=None, timeout=60):
+def become(user):
+    """Drops this (forked) process's groups and ids to those of user."""
+    pw = pwd.getpwnam(user)
+    os.setgroups([])
+    os.setgid(pw.pw_gid)
+    os.setuid(pw.pw_uid)
+
+
+def in_child(fn, *, user=None):
     """Runs fn() in a forked child (as user, if given) and returns its
     result; fails the test if the child died of a signal or raised."""
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 0
-        try:
-            os.close(rfd)
-            if user is not None:
-                pw = pwd.getpwnam(user)
-                os.setgroups([])
-                os.setgid(pw.pw_gid)
-                os.setuid(pw.pw_uid)
-            try:
-                out = ("ok", fn())
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                out = ("raised", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-            with os.fdopen(wfd, "wb") as f:
-                pickle.dump(out, f)
-        except BaseException:  # noqa: BLE001
-            code = 3
-        os._exit(code)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert not os.WIFSIGNALED(status), (
-        f"child killed by {signal.Signals(os.WTERMSIG(status)).name}")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    kind, value = pickle.loads(data)
-    assert kind == "ok", value
-    return value
+    return in_forked_child(fn, setup=None if user is None else lambda: become(user))
 
 
 def listing(d):
@@ -338,10 +315,7 @@ def test_writer_waits_for_a_reader_without_region(shared_dir):
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
-            pw = pwd.getpwnam("nobody")
-            os.setgroups([])
-            os.setgid(pw.pw_gid)
-            os.setuid(pw.pw_uid)
+            become("nobody")
             with pyqstore.open(path, "r") as c:
                 os.write(go_w, b"x")
                 os.read(done_r, 1)

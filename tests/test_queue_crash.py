@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pyqstore
+from _procs import complete_lines, kill_after, kill_moment
 
 ROUNDS = 50
 QUEUES = ("a", "b", "c")
@@ -119,25 +117,12 @@ def run_child(path: str, seed: int, first: int, delay: float, wait_open: bool):
     """Run the child, SIGKILL it after delay (counted from its "open" line
     when wait_open); return (acknowledged batches, the unacknowledged batch
     or None, ids of reservations held at the kill)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, path, str(seed), str(first)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        bufsize=0,
-    )
-    try:
-        if wait_open:
-            line = proc.stdout.readline()
-            assert line == b"open\n", (line, proc.stderr.read())
-        time.sleep(delay)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        out, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")
+    out = kill_after(CHILD, path, str(seed), str(first), delay=delay,
+                     ready=b"open\n" if wait_open else None)
     acked: list[tuple[int, int]] = []
     pending = None
     held: set[int] = set()
-    for ln in out.split(b"\n")[:-1]:  # complete lines only
+    for ln in complete_lines(out):
         word, *rest = ln.split()
         if word == b"try":
             pending = (int(rest[0]), int(rest[1]))
@@ -180,11 +165,8 @@ def test_queue_sigkill(tmp_path):
     acked_batches = killed_mid_batch = held_at_kill = 0
     t_start = time.monotonic()
     for rnd_no in range(ROUNDS):
-        wait_open = rnd_no % 5 != 4
-        if wait_open:
-            delay = rnd.choice([0.0, 0.003, 0.01, 0.03, 0.06, 0.1, 0.2])
-        else:
-            delay = rnd.uniform(0.02, 0.3)  # may land inside open()
+        delay, wait_open = kill_moment(rnd, rnd_no, 5, [0.0, 0.003, 0.01, 0.03, 0.06, 0.1, 0.2],
+                                       in_open=(0.02, 0.3))
         acked, pending, held = run_child(path, rnd_no, next_item, delay, wait_open)
         with pyqstore.open(path, "w") as c:
             c.check()

@@ -19,13 +19,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
 import pyqstore
+from _procs import finish, read_line, start_python
 
 LATENCY = 1.0       # seconds from kill() to the exception in the child
 CHILD_DEADLINE = 30.0
@@ -44,38 +44,14 @@ PRELUDE = textwrap.dedent("""
 
 
 def run_child(path: str, body: str, mode: str = "") -> subprocess.Popen:
-    script = PRELUDE + textwrap.dedent(body)
-    return subprocess.Popen([sys.executable, "-c", script, path, mode],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_python(PRELUDE + textwrap.dedent(body), path, mode, stdin=True, text=True)
 
 
 def read_msg(proc: subprocess.Popen, deadline: float) -> dict:
     """The child's next line as JSON; kills the child when it takes longer
     than the deadline (a wait that ignored the signal)."""
-    import selectors
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    left = deadline - time.monotonic()
-    if left <= 0 or not sel.select(left):
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"child gave no answer in time (a wait ignored the signal?); stderr: {err}")
-    line = proc.stdout.readline()
-    if not line:
-        _, err = proc.communicate()
-        pytest.fail(f"child ended early: rc {proc.returncode}, stderr: {err}")
-    return json.loads(line)
-
-
-def finish(proc: subprocess.Popen) -> None:
-    try:
-        _, err = proc.communicate(timeout=CHILD_DEADLINE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"child did not exit: {err}")
-    assert proc.returncode == 0, err
+    return json.loads(read_line(proc, deadline,
+                                late="child gave no answer in time (a wait ignored the signal?)"))
 
 
 def signal_blocked(proc: subprocess.Popen, sig: int, deadline: float,
@@ -136,7 +112,7 @@ def test_sigint_interrupts_blocked_wait(path, mode):
     proc.stdin.flush()
     msg = read_msg(proc, deadline)
     assert msg == {"state": "after", "length": 1, "item": "later"}
-    finish(proc)
+    finish(proc, CHILD_DEADLINE)
 
 
 def test_sigterm_handler_exception_propagates(path):
@@ -159,7 +135,7 @@ def test_sigterm_handler_exception_propagates(path):
     msg = read_msg(proc, deadline)
     assert msg["state"] == "stopped" and msg["signum"] == signal.SIGTERM, msg
     assert 0 <= msg["at"] - sent < LATENCY
-    finish(proc)
+    finish(proc, CHILD_DEADLINE)
 
 
 @pytest.mark.parametrize("mode", ["get", "reserve", "get_codec"])
@@ -193,7 +169,7 @@ def test_handler_that_returns_lets_the_wait_go_on(path, mode):
         c.queue("q").put(b"after-signal")
     msg = read_msg(proc, deadline)
     assert msg == {"state": "got", "item": "after-signal", "handled": 1}
-    finish(proc)
+    finish(proc, CHILD_DEADLINE)
 
 
 def test_handler_that_returns_keeps_the_timeout(path):
@@ -217,7 +193,7 @@ def test_handler_that_returns_keeps_the_timeout(path):
     # 2 s in all: not cut short by the signal (at 1 s or later), not
     # restarted from it (which would end at 3 s or later)
     assert 1.95 <= msg["elapsed"] < 2.6, msg
-    finish(proc)
+    finish(proc, CHILD_DEADLINE)
 
 
 def test_interrupted_code_maps_to_interrupted_error():

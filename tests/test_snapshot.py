@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pyqstore
+from _procs import kill_child
 
 BATCH = 100     # records per commit of the writer process
 
@@ -51,27 +52,20 @@ def _writer(path: str, ready, stop, batches) -> None:
 
 
 @pytest.fixture
-def writer(path):
+def writer(path, kids):
     """Starts _writer in another process on path; yields (ready, batches)."""
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     batches = ctx.Value("q", 0)
-    procs = []
 
     def start():
-        p = ctx.Process(target=_writer, args=(path, ready, stop, batches), daemon=True)
-        p.start()
-        procs.append(p)
+        kids.spawn(_writer, path, ready, stop, batches)
         assert ready.wait(60), "the writer process did not commit"
         return batches
 
     yield start
     stop.set()
-    for p in procs:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-            p.join()
+    kids.join(30)  # the kids fixture kills a writer that did not stop
 
 
 def test_snapshot_iterates_one_commit_of_100k_records_while_another_process_commits(path, writer):
@@ -358,21 +352,18 @@ def _hold_snapshot(path: str, ready) -> None:
     time.sleep(600)
 
 
-def test_a_killed_processes_snapshot_holds_nothing_off(path):
-    ctx = mp.get_context("spawn")
-    ready = ctx.Event()
+def test_a_killed_processes_snapshot_holds_nothing_off(path, kids):
+    ready = mp.get_context("spawn").Event()
     with pyqstore.open(path, "n", sync=False, checkpoint_size=64 * 1024) as c:
         c.put(b"k", b"v")
-        p = ctx.Process(target=_hold_snapshot, args=(path, ready), daemon=True)
-        p.start()
+        p = kids.spawn(_hold_snapshot, path, ready)
         try:
             assert ready.wait(60)
             for i in range(100):
                 c.putdup_many((b"x%06d" % (i * 10 + j), b"y" * 1000) for j in range(10))
             assert c.stats()["log_bytes"] > 512 * 1024     # held off by the live pin
         finally:
-            p.kill()
-            p.join(30)
+            kill_child(p, 30)
         c.putdup_many((b"z%d" % j, b"y" * 1000) for j in range(10))
         assert c.stats()["log_bytes"] < 64 * 1024          # checkpointed at once
         assert len(c) == 1 + 1000 + 10

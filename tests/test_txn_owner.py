@@ -13,14 +13,10 @@ waits never ended, and the test fails (child killed) instead of hanging.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
-import time
-
-import pytest
 
 import pyqstore
+from _procs import run_python
 
 CHILD_DEADLINE = 60.0
 
@@ -34,14 +30,7 @@ PRELUDE = textwrap.dedent("""
 def run(path: str, body: str) -> str:
     """Runs body in a child; its stdout.  Fails when the child does not
     finish within CHILD_DEADLINE (a writer that waited forever)."""
-    script = PRELUDE + textwrap.dedent(body)
-    try:
-        res = subprocess.run([sys.executable, "-c", script, path], capture_output=True,
-                             text=True, timeout=CHILD_DEADLINE)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"child still waiting after {CHILD_DEADLINE} s; stdout so far: {e.stdout!r}")
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return run_python(PRELUDE + textwrap.dedent(body), path, timeout=CHILD_DEADLINE)
 
 
 def test_writer_waits_lock_timeout_for_another_threads_transaction(path):
