@@ -1,15 +1,13 @@
-"""The dbm convention: CPython's own generic dbm tests (test.test_dbm) run
-against pyqstore.dbm, Casket as a MutableMapping, the permission bits of
-the files an open creates, and the errors dbm code expects."""
+"""The dbm convention: pyqstore.dbm's interface, Casket as a
+MutableMapping, the permission bits of the files an open creates, and the
+errors dbm code expects.  CPython's own generic dbm tests are in
+test_dbm_cpython.py."""
 from __future__ import annotations
 
 import dbm
-import itertools
+import dbm.dumb
 import os
-import shutil
 import tempfile
-import types
-import unittest
 from collections.abc import MutableMapping
 
 import pytest
@@ -18,86 +16,6 @@ from hypothesis import strategies as st
 
 import pyqstore
 import pyqstore.dbm
-
-# The standard library's test package (Debian: libpython3.X-testsuite,
-# installed by .ci/run); without it these tests cannot run at all.
-import test.test_dbm as cpython_dbm
-
-# The generic tests that reopen a file through dbm.open: it asks dbm.whichdb
-# which module made the file, and whichdb does not know caskets.
-REOPENING = ("test_anydbm_modification", "test_anydbm_read", "test_anydbm_keys",
-             "test_anydbm_access")
-
-
-class _InScratchDir:
-    """CPython's tests use relative names (os_helper.TESTFN): run each in a
-    directory of its own."""
-
-    def setUp(self):
-        d = tempfile.mkdtemp(prefix="qs-dbm-")
-        self.addCleanup(shutil.rmtree, d, True)
-        self.addCleanup(os.chdir, os.getcwd())
-        os.chdir(d)
-        super().setUp()
-
-
-class TestCPythonGenericThroughDbmOpen(_InScratchDir, cpython_dbm.AnyDBMTestCase,
-                                       unittest.TestCase):
-    """AnyDBMTestCase as CPython runs it for each dbm module: dbm.open with
-    pyqstore.dbm as the default module (the one that makes new files)."""
-
-    module = pyqstore.dbm
-
-    # These reopen an existing casket through dbm.open, which refuses it
-    # ("db type could not be determined", asserted below); they run in
-    # TestCPythonGenericThroughPyqstoreOpen.
-    locals().update(dict.fromkeys(REOPENING, None))
-
-    def test_dbm_open_cannot_reopen_a_casket(self):
-        with pyqstore.dbm.open(cpython_dbm._fname, "n") as db:
-            db[b"a"] = b"1"
-        self.assertEqual(dbm.whichdb(cpython_dbm._fname), "")
-        self.assertEqual(pyqstore.dbm.whichdb(cpython_dbm._fname), "pyqstore.dbm")
-        for flag in ("r", "w", "c"):
-            with self.assertRaisesRegex(dbm.error[0], "db type could not be determined"):
-                dbm.open(cpython_dbm._fname, flag)
-
-
-class TestCPythonGenericThroughPyqstoreOpen(_InScratchDir, cpython_dbm.AnyDBMTestCase,
-                                            unittest.TestCase):
-    """Every test of AnyDBMTestCase, the reopening ones included, with the
-    module's dbm.open being pyqstore.dbm.open."""
-
-    module = pyqstore.dbm
-
-    def setUp(self):
-        shim = types.SimpleNamespace(open=pyqstore.dbm.open, error=pyqstore.dbm.error,
-                                     whichdb=pyqstore.dbm.whichdb, _defaultmod=None)
-        self.addCleanup(setattr, cpython_dbm, "dbm", cpython_dbm.dbm)
-        cpython_dbm.dbm = shim
-        super().setUp()
-
-
-class TestCPythonWhichdb(_InScratchDir, cpython_dbm.WhichDBTestCase):
-    """CPython's whichdb test with pyqstore.dbm.whichdb, over the standard
-    modules and pyqstore.dbm: it names each one's files."""
-
-    def setUp(self):
-        super().setUp()
-        self.dbm = pyqstore.dbm
-        stdlib_modules = cpython_dbm.dbm_iterator
-        self.addCleanup(setattr, cpython_dbm, "dbm_iterator", stdlib_modules)
-        cpython_dbm.dbm_iterator = lambda: itertools.chain(stdlib_modules(), [pyqstore.dbm])
-
-
-def test_the_generic_tests_ran():
-    """The classes above hold CPython's tests (a renamed or emptied
-    AnyDBMTestCase would otherwise pass unnoticed)."""
-    names = [n for n in dir(cpython_dbm.AnyDBMTestCase) if n.startswith("test_")]
-    assert set(REOPENING) <= set(names) and len(names) >= 13
-    for n in names:
-        assert callable(getattr(TestCPythonGenericThroughPyqstoreOpen, n))
-
 
 def test_whichdb_of_other_files(tmp_path):
     assert pyqstore.dbm.whichdb(tmp_path / "missing") is None
