@@ -19,18 +19,18 @@
 /* ------------------------------------------------------------------ */
 /* helpers                                                             */
 
-static qs_casket *open_mode(const char *path, int mode, int *rc)
+static inline qs_casket *open_mode(const char *path, int mode, int *rc)
 {
     return tc_open(path, mode, 0, 0, 0, rc);
 }
 
-static int put_str(qs_casket *c, const char *k, const char *v)
+static inline int put_str(qs_casket *c, const char *k, const char *v)
 {
     return qs_put(c, k, strlen(k), v, strlen(v));
 }
 
 /* 1 when key k has exactly the value v (first value) */
-static int get_is(qs_casket *c, const char *k, const char *v)
+static inline int get_is(qs_casket *c, const char *k, const char *v)
 {
     void *val = NULL;
     size_t vn = 0;
@@ -40,7 +40,7 @@ static int get_is(qs_casket *c, const char *k, const char *v)
     return ok;
 }
 
-static int get_rc(qs_casket *c, const char *k)
+static inline int get_rc(qs_casket *c, const char *k)
 {
     void *val = NULL;
     size_t vn = 0;
@@ -49,7 +49,7 @@ static int get_rc(qs_casket *c, const char *k)
     return rc;
 }
 
-static uint64_t records_of(qs_casket *c)
+static inline uint64_t records_of(qs_casket *c)
 {
     uint64_t n = (uint64_t)-1;
     if (qs_records(c, &n) != 0)
@@ -57,7 +57,7 @@ static uint64_t records_of(qs_casket *c)
     return n;
 }
 
-static uint64_t count_of(qs_casket *c, const void *k, size_t kn)
+static inline uint64_t count_of(qs_casket *c, const void *k, size_t kn)
 {
     uint64_t n = (uint64_t)-1;
     if (qs_count(c, k, kn, &n) != 0)
@@ -65,7 +65,7 @@ static uint64_t count_of(qs_casket *c, const void *k, size_t kn)
     return n;
 }
 
-static qs_stat stat_of(qs_casket *c)
+static inline qs_stat stat_of(qs_casket *c)
 {
     qs_stat st;
     memset(&st, 0, sizeof st);
@@ -74,14 +74,14 @@ static qs_stat stat_of(qs_casket *c)
 }
 
 /* deterministic value of record i, n bytes */
-static void fill_val(unsigned char *p, size_t n, uint64_t i)
+static inline void fill_val(unsigned char *p, size_t n, uint64_t i)
 {
     for (size_t j = 0; j < n; j++)
         p[j] = (unsigned char)(i * 131 + j * 7 + (j >> 8));
 }
 
-static int val_ok(const unsigned char *p, size_t n, size_t want_n,
-                  uint64_t i)
+static inline int val_ok(const unsigned char *p, size_t n, size_t want_n,
+                         uint64_t i)
 {
     if (n != want_n)
         return 0;
@@ -92,7 +92,7 @@ static int val_ok(const unsigned char *p, size_t n, size_t want_n,
 }
 
 /* Fills a casket with n records "k%06d" -> fill_val(vlen, i). */
-static int fill_records(qs_casket *c, int n, size_t vlen)
+static inline int fill_records(qs_casket *c, int n, size_t vlen)
 {
     unsigned char *v = malloc(vlen ? vlen : 1);
     int rc = qs_begin(c);
