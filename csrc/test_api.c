@@ -1,0 +1,521 @@
+/*
+ * test_api.c -- the public record API (qstore.h) call by call: an empty
+ * casket, the open flags (read-only, missing, NEW truncates, bad options),
+ * keys and values over the limits, the error texts, putdup_many's
+ * all-or-nothing, cursor semantics, sync off and on, qs_bench_seed.
+ */
+#include <sys/mman.h>
+
+#include "test_records.h"
+
+/* ------------------------------------------------------------------ */
+
+static void empty_casket(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    for (int round = 0; round < 2; round++) {
+        void *v = (void *)0x1;
+        size_t vn = 0;
+        CHECK_RC(qs_get(c, "a", 1, &v, &vn), QS_NOTFOUND);
+        CHECK(v == NULL);
+        CHECK_RC(qs_get(c, "", 0, &v, &vn), QS_NOTFOUND);
+        uint64_t n = 5;
+        CHECK_RC(qs_records(c, &n), 0);
+        CHECK(n == 0);
+        CHECK(count_of(c, "a", 1) == 0);
+        void *out = (void *)0x1;
+        size_t outlen = 3;
+        n = 5;
+        CHECK_RC(qs_getdup(c, "a", 1, &out, &outlen, &n), 0);
+        CHECK(n == 0 && out == NULL);
+        CHECK_RC(qs_out(c, "a", 1), QS_NOTFOUND);
+        qs_cursor *cur = NULL;
+        CHECK_RC(qs_cursor_open(c, &cur), 0);
+        if (cur) {
+            CHECK_RC(qs_cursor_first(cur), QS_NOTFOUND);
+            CHECK_RC(qs_cursor_last(cur), QS_NOTFOUND);
+            CHECK_RC(qs_cursor_jump(cur, "", 0), QS_NOTFOUND);
+            CHECK_RC(qs_cursor_get(cur, NULL, NULL, NULL, NULL), QS_NOTFOUND);
+            qs_cursor_close(cur);
+        }
+        CHECK_RC(check_ok(c), 0);
+        qs_stat st = stat_of(c);
+        CHECK(st.records == 0);
+        CHECK(st.depth == 0);
+        CHECK(st.page_size == QS_PAGE_SIZE);
+        CHECK(st.format_version == QS_FORMAT_VERSION);
+        CHECK(st.in_transaction == 0);
+        CHECK_RC(qs_close(c), 0);
+        c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+        REQUIRE_RC(rc, 0);
+    }
+    CHECK_RC(qs_close(c), 0);
+    CHECK_RC(qs_close(NULL), 0);
+    qs_free(NULL);
+    tc_tmp_remove(&t);
+}
+
+static void readonly_open(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_CREATE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "k", "v"), 0);
+    CHECK_RC(qs_putdup(c, "k", 1, "w", 1), 0);
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(get_is(c, "k", "v"));
+    CHECK(count_of(c, "k", 1) == 2);
+    CHECK_RC(put_str(c, "k", "x"), QS_READONLY);
+    CHECK_RC(qs_putdup(c, "k", 1, "x", 1), QS_READONLY);
+    CHECK_RC(qs_putkeep(c, "n", 1, "x", 1), QS_READONLY);
+    CHECK_RC(qs_out(c, "k", 1), QS_READONLY);
+    CHECK_RC(qs_outlist(c, "k", 1, NULL), QS_READONLY);
+    uint64_t off[2] = {0, 1};
+    CHECK_RC(qs_putdup_many(c, 1, "k", off, "x", off), QS_READONLY);
+    CHECK_RC(qs_begin(c), QS_READONLY);
+    CHECK_RC(qs_compact(c), QS_READONLY);
+    qs_cursor *cur = NULL;
+    CHECK_RC(qs_cursor_open(c, &cur), 0);
+    if (cur) {
+        CHECK_RC(qs_cursor_first(cur), 0);
+        CHECK_RC(qs_cursor_out(cur), QS_READONLY);
+        void *v = NULL;
+        size_t vn = 0;
+        CHECK_RC(qs_cursor_get(cur, NULL, NULL, &v, &vn), 0);
+        CHECK(vn == 1 && v && memcmp(v, "v", 1) == 0);
+        qs_free(v);
+        qs_cursor_close(cur);
+    }
+    CHECK(count_of(c, "k", 1) == 2);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+static void open_missing(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_READ, &rc);
+    CHECK(c == NULL);
+    CHECK_RC(rc, ENOENT);
+    c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    CHECK(c == NULL);
+    CHECK_RC(rc, ENOENT);
+    CHECK(tc_file_size(t.path) < 0);
+
+    /* bad options */
+    qs_options o;
+    qs_options_init(&o);
+    CHECK(o.flag == QS_OPEN_CREATE);
+    CHECK(o.sync != 0);
+    CHECK(o.lock_timeout > 4.99 && o.lock_timeout < 5.01);
+    o.flag = 42;
+    c = (qs_casket *)0x1;
+    CHECK_RC(qs_open(t.path, &o, &c), QS_INVAL);
+    CHECK(c == NULL);
+    qs_options_init(&o);
+    CHECK(o.perm == 0644);
+    o.perm = 010000;            /* beyond the permission bits */
+    c = (qs_casket *)0x1;
+    CHECK_RC(qs_open(t.path, &o, &c), QS_INVAL);
+    CHECK(c == NULL);
+    CHECK(tc_file_size(t.path) < 0);
+
+    /* a directory that does not exist */
+    char p[700];
+    snprintf(p, sizeof p, "%s/no/such/dir/casket", t.dir);
+    c = open_mode(p, QS_OPEN_CREATE, &rc);
+    CHECK(c == NULL);
+    CHECK(rc == ENOENT);
+    tc_tmp_remove(&t);
+}
+
+static void open_new_truncates(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    REQUIRE_RC(fill_records(c, 2000, 100), 0);
+    CHECK(records_of(c) == 2000);
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_mode(t.path, QS_OPEN_CREATE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(records_of(c) == 2000);       /* CREATE keeps */
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(records_of(c) == 0);
+    CHECK_RC(get_rc(c, "k000001"), QS_NOTFOUND);
+    qs_cursor *cur = NULL;
+    CHECK_RC(qs_cursor_open(c, &cur), 0);
+    if (cur) {
+        CHECK_RC(qs_cursor_first(cur), QS_NOTFOUND);
+        qs_cursor_close(cur);
+    }
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(put_str(c, "fresh", "1"), 0);
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(records_of(c) == 1);
+    CHECK(get_is(c, "fresh", "1"));
+    CHECK_RC(get_rc(c, "k000001"), QS_NOTFOUND);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+static void too_big(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    unsigned char *k = malloc(QS_MAX_KEY + 1);
+    memset(k, 'K', QS_MAX_KEY + 1);
+    CHECK_RC(qs_put(c, k, QS_MAX_KEY + 1, "v", 1), QS_TOOBIG);
+    CHECK_RC(qs_putdup(c, k, QS_MAX_KEY + 1, "v", 1), QS_TOOBIG);
+    CHECK_RC(qs_putkeep(c, k, QS_MAX_KEY + 1, "v", 1), QS_TOOBIG);
+    uint64_t koff[2] = {0, QS_MAX_KEY + 1}, voff[2] = {0, 1};
+    CHECK_RC(qs_putdup_many(c, 1, k, koff, "v", voff), QS_TOOBIG);
+    CHECK(records_of(c) == 0);
+
+    /* exactly QS_MAX_KEY is fine */
+    k[QS_MAX_KEY - 1] = 'z';
+    CHECK_RC(qs_put(c, k, QS_MAX_KEY, "big key", 7), 0);
+    CHECK_RC(qs_putdup(c, k, QS_MAX_KEY, "again", 5), 0);
+    CHECK(count_of(c, k, QS_MAX_KEY) == 2);
+    CHECK(count_of(c, k, QS_MAX_KEY - 1) == 0);
+    void *v = NULL;
+    size_t vn = 0;
+    CHECK_RC(qs_get(c, k, QS_MAX_KEY, &v, &vn), 0);
+    CHECK(vn == 7 && v && memcmp(v, "big key", 7) == 0);
+    qs_free(v);
+    qs_cursor *cur = NULL;
+    CHECK_RC(qs_cursor_open(c, &cur), 0);
+    if (cur) {
+        void *kk = NULL;
+        size_t kn = 0;
+        CHECK_RC(qs_cursor_jump(cur, k, 10), 0);
+        CHECK_RC(qs_cursor_get(cur, &kk, &kn, NULL, NULL), 0);
+        CHECK(kn == QS_MAX_KEY && kk && memcmp(kk, k, kn) == 0);
+        qs_free(kk);
+        qs_cursor_close(cur);
+    }
+
+    /* a value one byte over QS_MAX_VALUE: the engine must refuse it
+     * before reading it; the mapping costs no memory. */
+    size_t vlen = (size_t)QS_MAX_VALUE + 1;
+    void *m = mmap(NULL, vlen, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS |
+                   MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED) {
+        CHECK_RC(qs_put(c, "v", 1, m, vlen), QS_TOOBIG);
+        CHECK_RC(qs_putdup(c, "v", 1, m, vlen), QS_TOOBIG);
+        CHECK_RC(qs_putkeep(c, "v", 1, m, vlen), QS_TOOBIG);
+        munmap(m, vlen);
+    }
+    CHECK(records_of(c) == 2);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(count_of(c, k, QS_MAX_KEY) == 2);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    free(k);
+    tc_tmp_remove(&t);
+}
+
+static void strerror_all(void)
+{
+    const char *seen[64];
+    int n = 0;
+    for (int rc = QS_NOTFOUND; rc >= QS_LAST_ERRCODE; rc--) {
+        const char *s = qs_strerror(rc);
+        CHECK(s != NULL && s[0] != 0);
+        if (!s)
+            continue;
+        for (int j = 0; j < n; j++)
+            if (strcmp(seen[j], s) == 0) {
+                printf("  code %d repeats the string \"%s\"\n", rc, s);
+                CHECK(strcmp(seen[j], s) != 0);
+            }
+        seen[n++] = s;
+    }
+    const char *s = qs_strerror(ENOENT);
+    CHECK(s != NULL && s[0] != 0);
+    for (int j = 0; s && j < n; j++)
+        CHECK(strcmp(seen[j], s) != 0);
+    s = qs_strerror(0);
+    CHECK(s != NULL && s[0] != 0);
+    s = qs_strerror(-1);           /* unknown codes still get a string */
+    CHECK(s != NULL && s[0] != 0);
+    s = qs_strerror(QS_LAST_ERRCODE - 1);
+    CHECK(s != NULL && s[0] != 0);
+    s = qs_strerror(123456);
+    CHECK(s != NULL && s[0] != 0);
+}
+
+static void putdup_many_atomic(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    uint64_t koff0[1] = {0};
+    CHECK_RC(qs_putdup_many(c, 0, "", koff0, "", koff0), 0);
+    CHECK(records_of(c) == 0);
+
+    /* 3 records, the second with a too-long key: none is added */
+    size_t kl = 2 + QS_MAX_KEY + 1 + 2;
+    char *keys = malloc(kl);
+    memset(keys, 'q', kl);
+    memcpy(keys, "k1", 2);
+    memcpy(keys + kl - 2, "k3", 2);
+    uint64_t koff[4] = {0, 2, 2 + QS_MAX_KEY + 1, kl};
+    uint64_t voff[4] = {0, 1, 2, 3};
+    CHECK_RC(qs_putdup_many(c, 3, keys, koff, "abc", voff), QS_TOOBIG);
+    CHECK(records_of(c) == 0);
+    CHECK_RC(get_rc(c, "k1"), QS_NOTFOUND);
+
+    /* inside a transaction: the transaction stays as it was */
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(put_str(c, "in", "txn"), 0);
+    CHECK_RC(qs_putdup_many(c, 3, keys, koff, "abc", voff), QS_TOOBIG);
+    CHECK(qs_in_transaction(c) != 0);
+    CHECK(records_of(c) == 1);
+    CHECK_RC(get_rc(c, "k1"), QS_NOTFOUND);
+    /* a good batch in the same transaction */
+    koff[2] = 4;
+    memcpy(keys + 2, "k2", 2);
+    memcpy(keys + 4, "k3", 2);
+    koff[3] = 6;
+    CHECK_RC(qs_putdup_many(c, 3, keys, koff, "abc", voff), 0);
+    CHECK(records_of(c) == 4);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(get_is(c, "k1", "a"));
+    CHECK(get_is(c, "k2", "b"));
+    CHECK(get_is(c, "k3", "c"));
+    CHECK(get_is(c, "in", "txn"));
+    /* the same key many times in one batch keeps the order */
+    uint64_t ko[5] = {0, 1, 2, 3, 4}, vo[5] = {0, 1, 2, 3, 4};
+    CHECK_RC(qs_putdup_many(c, 4, "zzzz", ko, "1234", vo), 0);
+    void *out = NULL;
+    size_t outlen = 0;
+    uint64_t cnt = 0;
+    CHECK_RC(qs_getdup(c, "z", 1, &out, &outlen, &cnt), 0);
+    CHECK(cnt == 4 && outlen == 20);
+    if (out && outlen == 20)
+        CHECK(memcmp(out, "\1\0\0\0" "1" "\1\0\0\0" "2" "\1\0\0\0" "3"
+                          "\1\0\0\0" "4", 20) == 0);
+    qs_free(out);
+    CHECK_RC(check_ok(c), 0);
+    free(keys);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+static void cursor_semantics(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    CHECK_RC(put_str(c, "c", "3"), 0);
+    qs_stat st;
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
+    qs_cursor *cur = NULL, *other = NULL;
+    REQUIRE_RC(qs_cursor_open(c, &cur), 0);
+    REQUIRE_RC(qs_cursor_open(c, &other), 0);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 2);
+    qs_cursor_close(other);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 1);
+    CHECK_RC(qs_cursor_get(cur, NULL, NULL, NULL, NULL), QS_NOTFOUND);
+    CHECK_RC(qs_cursor_jump(cur, "b", 1), 0);
+
+    /* valid across a commit that changes other keys */
+    CHECK_RC(put_str(c, "bb", "new"), 0);
+    CHECK_RC(qs_out(c, "a", 1), 0);
+    void *k = NULL;
+    size_t kn = 0;
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);
+    CHECK(kn == 1 && k && memcmp(k, "b", 1) == 0);
+    qs_free(k);
+    k = NULL;
+    CHECK_RC(qs_cursor_next(cur), 0);
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);
+    CHECK(kn == 2 && k && memcmp(k, "bb", 2) == 0);
+    qs_free(k);
+    k = NULL;
+
+    /* the record under the cursor removed by someone else */
+    CHECK_RC(qs_out(c, "bb", 2), 0);
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), QS_NOTFOUND);
+    qs_free(k);
+    k = NULL;
+    CHECK_RC(qs_cursor_next(cur), 0);
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);
+    CHECK(kn == 1 && k && memcmp(k, "c", 1) == 0);
+    qs_free(k);
+    k = NULL;
+    CHECK_RC(qs_cursor_next(cur), QS_NOTFOUND);
+    CHECK_RC(qs_cursor_get(cur, NULL, NULL, NULL, NULL), QS_NOTFOUND);
+
+    /* the cursor sees its thread's transaction */
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(put_str(c, "0", "zero"), 0);
+    CHECK_RC(qs_cursor_first(cur), 0);
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);
+    CHECK(kn == 1 && k && memcmp(k, "0", 1) == 0);
+    qs_free(k);
+    k = NULL;
+    CHECK_RC(qs_cursor_out(cur), 0);      /* moves to "b" */
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);
+    CHECK(kn == 1 && k && memcmp(k, "b", 1) == 0);
+    qs_free(k);
+    k = NULL;
+    CHECK_RC(qs_abort(c), 0);
+    CHECK(records_of(c) == 2);
+
+    /* cursor_read: all, then the end */
+    CHECK_RC(qs_cursor_first(cur), 0);
+    void *out = NULL;
+    size_t outlen = 0;
+    uint64_t cnt = 0;
+    CHECK_RC(qs_cursor_read(cur, 10, 0, &out, &outlen, &cnt), 0);
+    CHECK(cnt == 2);
+    CHECK(outlen == 2 * 10);
+    if (out && outlen == 20)
+        CHECK(memcmp(out, "\1\0\0\0b\1\0\0\0" "2\1\0\0\0c\1\0\0\0" "3", 20)
+              == 0);
+    qs_free(out);
+    out = NULL;
+    rc = qs_cursor_read(cur, 10, 0, &out, &outlen, &cnt);
+    CHECK((rc == 0 && cnt == 0) || rc == QS_NOTFOUND);
+    qs_free(out);
+    out = NULL;
+    /* backward from the last */
+    CHECK_RC(qs_cursor_last(cur), 0);
+    CHECK_RC(qs_cursor_read(cur, 1, 1, &out, &outlen, &cnt), 0);
+    CHECK(cnt == 1 && outlen == 10);
+    if (out && outlen == 10)
+        CHECK(memcmp(out, "\1\0\0\0c\1\0\0\0" "3", 10) == 0);
+    qs_free(out);
+    out = NULL;
+    CHECK_RC(qs_cursor_get(cur, &k, &kn, NULL, NULL), 0);   /* now on b */
+    CHECK(kn == 1 && k && memcmp(k, "b", 1) == 0);
+    qs_free(k);
+    k = NULL;
+
+    /* cursor_out of the last record */
+    CHECK_RC(qs_cursor_last(cur), 0);
+    CHECK_RC(qs_cursor_out(cur), QS_NOTFOUND);
+    CHECK(records_of(c) == 1);
+    CHECK_RC(get_rc(c, "c"), QS_NOTFOUND);
+    qs_cursor_close(cur);
+    CHECK_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.open_cursors == 0);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+static void persistence_sync_off(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_set_sync(c, 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+    qs_set_sync(c, 1);
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    qs_stat st = stat_of(c);
+    CHECK(st.commits == 2);
+    CHECK(st.syncs >= 1);
+    CHECK(st.log_bytes > 0);
+    CHECK_RC(qs_sync(c), 0);
+    st = stat_of(c);
+    CHECK(st.log_bytes == 0);
+    CHECK(st.checkpoints >= 1);
+    CHECK(st.depth >= 1);
+    CHECK(st.pages * QS_PAGE_SIZE <= st.file_bytes);
+    CHECK_RC(qs_close(c), 0);
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(get_is(c, "a", "1"));
+    CHECK(get_is(c, "b", "2"));
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+static void bench_seed(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    const size_t n = 1000, idlen = 16;
+    char *ids = malloc(n * idlen);
+    for (size_t i = 0; i < n; i++) {
+        char tmp[32];
+        snprintf(tmp, sizeof tmp, "id-%012zu", i);
+        memcpy(ids + i * idlen, tmp, idlen);
+    }
+    CHECK_RC(qs_bench_seed(c, "q", 1, ids, idlen, n), 0);
+    CHECK(records_of(c) == 2 * n);
+    CHECK(count_of(c, "q", 1) == n);
+    CHECK(count_of(c, ids + 5 * idlen, idlen) == 1);
+    void *v = NULL;
+    size_t vn = 0;
+    CHECK_RC(qs_get(c, "q", 1, &v, &vn), 0);
+    CHECK(vn == idlen && v && memcmp(v, ids, idlen) == 0);
+    qs_free(v);
+    CHECK_RC(check_ok(c), 0);
+    free(ids);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    RUN(empty_casket);
+    RUN(readonly_open);
+    RUN(open_missing);
+    RUN(open_new_truncates);
+    RUN(too_big);
+    RUN(strerror_all);
+    RUN(putdup_many_atomic);
+    RUN(cursor_semantics);
+    RUN(persistence_sync_off);
+    RUN(bench_seed);
+    return tc_summary();
+}
