@@ -1,20 +1,10 @@
 /*
- * test_basic.c -- targeted tests of the public API (qstore.h): errors,
- * transactions, big values, many duplicates, compaction, sizes at the
- * layout's boundaries, damaged files, threads, qs_shutdown, the
- * inter-process lock and space reuse.  QS_TEST_SCALE=small shrinks the big
- * cases (64 MiB value -> 8 MiB, 200,000 duplicates -> 20,000, ...).
+ * test_processes.c -- one casket opened by several processes: the write
+ * lock between them (lock_timeout, QS_LOCKED, a holder that closes, one
+ * killed with SIGKILL, one that commits while another waits) and two
+ * handles of one process writing in turn.
  */
-#include <pthread.h>
-#include <stdatomic.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-
 #include "test_records.h"
-#include "pagefmt.h"
-#include "casket.h"     /* transaction owners: a reused thread id is faked */
 
 /* ------------------------------------------------------------------ */
 /* the inter-process lock                                              */
