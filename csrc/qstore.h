@@ -8,19 +8,60 @@
  * with sync on, durable when qs_commit returns.  See docs/DESIGN.md for the
  * file format and the commit protocol.
  *
- * Return codes.  Every int-returning function returns 0 on success, one of
- * the negative QS_* codes below, or a positive errno value from a failed
- * system call.  qs_strerror() describes all three kinds.  Unless a function
- * says otherwise, a failed call changed nothing: the casket and the caller's
- * transaction are as they were before the call.  The exceptions, which
- * return something else: qs_in_transaction (a truth value), qs_corrupt_page
- * (a page number), and qs_queue_put_id, which returns an id (>= 1) on
- * success and so cannot give an errno as a positive value: it returns a
- * QS_* code as it is and an errno e negated, as -e.  The two ranges never
- * meet (QS_* codes are below -32000, errno values below 4096), so
- * `r <= QS_NOTFOUND ? r : -r` turns a failed r back into the code the other
- * functions return; it is the one function whose failures need this, kept
- * so because a put then returns its id without an out-parameter.
+ * Return codes.  One convention for every int-returning function: 0 on
+ * success; on failure one of the negative QS_* codes below or a positive
+ * errno value from a failed system call.  qs_strerror() describes all
+ * three kinds.  Unless a function says otherwise, a failed call changed
+ * nothing: the casket and the caller's transaction are as they were before
+ * the call.  The exceptions, which return something else: qs_in_transaction
+ * (a truth value), qs_corrupt_page (a page number), and qs_queue_put_id,
+ * which returns an id (>= 1) on success and so cannot give an errno as a
+ * positive value: it returns a QS_* code as it is and an errno e negated,
+ * as -e.  The two ranges never meet (QS_* codes are below -32000, errno
+ * values below 4096), so `r <= QS_NOTFOUND ? r : -r` turns a failed r back
+ * into the code the other functions return; it is the one function whose
+ * failures need this, kept so because a put then returns its id without an
+ * out-parameter.
+ *
+ * Errors, function by function.  Each function's comment ends with
+ *   @return  what it returns: 0, then each code it can fail with and when;
+ *   @fail    the state of its out-parameters, and of the casket and the
+ *            caller's transaction where the rule above does not say it,
+ *            after any failure but HANDLE's (which leaves all untouched).
+ * Groups of codes that recur are named there in capitals:
+ *   HANDLE   QS_INVAL for a NULL handle, QS_FORKED, QS_CLOSED: see "Closed
+ *            and forked handles" below.
+ *   STORAGE  QS_NOMEM, QS_CORRUPT (a damaged page or structure; see
+ *            qs_corrupt_page), or an errno (EIO, ...) from reading the files;
+ *            also the same errors while catching up with other handles'
+ *            commits before a call (a call sees the newest commit).
+ *   WRITE    a writing call's own: QS_READONLY (opened read-only, or a
+ *            snapshot), QS_LOCKED (the write lock was not had within
+ *            lock_timeout; qs_locked_by names the holder), QS_FULL (the
+ *            file would exceed 2^32 pages), an errno writing or syncing
+ *            the log (ENOSPC, EIO, ...), the error that spoiled the
+ *            caller's transaction (see "Record functions"), and DEFERRED.
+ *   SNAPSHOT QS_SNAPSHOT_OLD: a snapshot past its log limit (every call
+ *            that reads on it; see qs_snapshot_open).
+ *   DEFERRED inside a transaction, the error of applying its buffered
+ *            putdups ("Deferred putdup errors" below).
+ *
+ * Deferred putdup errors.  Inside a transaction (qs_begin) qs_putdup does
+ * not change the tree at once: it copies the record into the transaction's
+ * buffer, which is applied, in key order, by the first of these calls of
+ * the owning thread: the qs_putdup that fills the buffer (256 Ki records
+ * or 32 MiB); any other call that writes in the transaction (qs_put,
+ * qs_putkeep, qs_putdup_many, qs_out, qs_outlist, qs_cursor_out and the
+ * queue calls that write, get and reserve included); any call that reads
+ * in its view (qs_get, qs_getdup, qs_count, qs_records, qs_stat_get, the
+ * cursor calls that move or read, qs_queue_peek, qs_queue_scan,
+ * qs_queue_len, qs_queue_list, qs_queue_records); and qs_commit.  An error
+ * applying it (STORAGE, QS_FULL, or an errno spilling pages to the log) is
+ * returned by that call, whatever the call was asked to do, and spoils the
+ * transaction: its later writes return the error again and qs_commit
+ * aborts the transaction and returns it.  qs_abort drops the buffer.  So a
+ * putdup that returned 0 inside a transaction is known to be stored only
+ * when qs_commit returns 0.
  *
  * Closed and forked handles, for every function below that takes a
  * qs_casket, or a qs_cursor or qs_queue made from one, unless it says
@@ -29,20 +70,23 @@
  * locks and shared state are not the child's: the child opens the casket
  * again); once qs_shutdown or qs_close has begun on the casket it fails
  * with QS_CLOSED (a call already running when qs_shutdown began finishes
- * first, and a blocked wait returns QS_CLOSED).  Either failure changes
- * nothing, and out-parameters are as the function leaves them on any
- * failure.  Not checked by qs_set_sync, qs_in_transaction and
- * qs_corrupt_page (they only read or set a field of the handle, whose
- * memory stays valid until qs_close), qs_queue_new (it only names the
- * queue: the calls on it fail instead), and the freeing calls
- * qs_cursor_close, qs_queue_free and qs_close, which ignore NULL (qs_close
- * in a forked child frees the copy's memory and descriptors without
- * touching what the parent shares, and returns 0); qs_shutdown returns
- * QS_FORKED in a forked child and 0 when called again.
+ * first, and a blocked wait returns QS_CLOSED).  Any of these failures
+ * changes nothing and leaves every out-parameter as it was: they are found
+ * before the function looks at its other arguments (but qs_queue_put_id
+ * refuses a bad value first).  Not checked by qs_set_sync,
+ * qs_in_transaction and qs_corrupt_page (they only read or set a field of
+ * the handle, whose memory stays valid until qs_close), qs_queue_new (it
+ * only names the queue: the calls on it fail instead), and the freeing
+ * calls qs_cursor_close, qs_queue_free and qs_close, which ignore NULL
+ * (qs_close in a forked child frees the copy's memory and descriptors
+ * without touching what the parent shares, and returns 0); qs_shutdown
+ * returns QS_FORKED in a forked child and 0 when called again.
  *
  * Memory.  Byte strings returned through `void **` out-parameters are
  * allocated by the library and owned by the caller, who releases them with
- * qs_free().  Input buffers are only read during the call.
+ * qs_free(); qs_items by qs_items_free(); handles (qs_casket, qs_cursor,
+ * qs_queue) by their close or free call.  Strings returned as `const char
+ * *` are the library's.  Input buffers are only read during the call.
  *
  * Threads.  One qs_casket may be used from many threads at once.  A write
  * transaction belongs to the thread that began it; other threads calling a
@@ -174,65 +218,90 @@ typedef struct qs_stat {
                                 0 once its users are done is a leak */
 } qs_stat;
 
-/* Describes any return code of this library (0, QS_*, or errno).  The
- * string is static; never NULL. */
+/* Describes any return code of this library (0, QS_*, or errno).
+ * @return a static string, never NULL ("unknown error" for a negative
+ *         code that is not ours). */
 const char *qs_strerror(int rc);
 
-/* Releases memory returned by this library.  NULL is ignored. */
+/* Releases a buffer returned by this library through a `void **`
+ * out-parameter.  NULL is ignored. */
 void qs_free(void *p);
 
 /* Fills *opts with the defaults: QS_OPEN_CREATE, perm 0644, sync on, 5 s
- * lock timeout. */
+ * lock timeout, cache and checkpoint sizes 0 (the defaults).  opts must
+ * not be NULL. */
 void qs_options_init(qs_options *opts);
 
 /* Opens (or creates) the casket at `path` and its log `path`-log.
  * On success *out is a new handle, owned by the caller until qs_close.
- * Fails with ENOENT (flag READ/WRITE on a missing file), QS_NOTFILE or
- * EISDIR (path, or its -log or -shm, is not a regular file; refused
- * before anything is created), QS_NOTCASKET (also an existing empty file
- * with flag CREATE: only NEW overwrites it), QS_VERSION, QS_CORRUPT,
- * QS_LOCKED (after lock_timeout; also while read-only handles without a
- * region have it open, and at once for flag NEW while other handles have it
- * open: qs_open_detail says how many, of this process and of others),
- * QS_NOATTACH (flag READ without write access to
- * `path`-shm while other processes have the casket open), QS_INVAL (also
- * perm above 07777), or an errno (ENOSPC: no room for the region or the
- * log).  Flag READ needs no
+ * opts NULL means the defaults (qs_options_init).  Flag READ needs no
  * write access when no other process has the casket open: the handle then
  * reads the files without a region, and keeps openers with one out until
- * it is closed; it never creates `path`-shm when it may not write `path`.  On failure *out is NULL, nothing is left open, and the
- * files this call created are removed (unless other handles attached
- * meanwhile: then they are theirs). */
+ * it is closed; it never creates `path`-shm when it may not write `path`.
+ * @return 0, or
+ *   QS_INVAL     path or out NULL, path "", flag not a QS_OPEN_*, perm
+ *                above 07777, lock_timeout negative, NaN or infinite
+ *   ENOENT       flag READ/WRITE on a missing file (or a missing
+ *                directory in path, any flag)
+ *   QS_NOTFILE, EISDIR  path, or its -log or -shm, is not a regular file
+ *                (refused before anything is created)
+ *   QS_NOTCASKET not a casket (also an existing empty file with flag
+ *                CREATE: only NEW overwrites it)
+ *   QS_VERSION, QS_CORRUPT  a casket we cannot read, a damaged one
+ *                (qs_open_detail names a damaged log frame)
+ *   QS_LOCKED    after lock_timeout; also while read-only handles without
+ *                a region have it open, and at once for flag NEW while
+ *                other handles have it open (qs_open_detail says how many,
+ *                of this process and of others)
+ *   QS_NOATTACH  flag READ without write access to `path`-shm while other
+ *                processes have the casket open
+ *   QS_NOMEM, or an errno (EACCES; ENOSPC: no room for the region or the
+ *                log; ...)
+ * @fail *out NULL (when out is not NULL), nothing left open, and the files
+ *       this call created removed (unless other handles attached
+ *       meanwhile: then they are theirs). */
 int qs_open(const char *path, const qs_options *opts, qs_casket **out);
 
 /* After qs_open failed in this thread because a frame of the log is
  * damaged although a later frame declares it synced (QS_CORRUPT): names
  * the log file, the frame and its offset; after flag NEW failed with
  * QS_LOCKED for other handles: how many, of this process and of others.
- * Otherwise "".  The string is the
- * library's, valid until this thread's next qs_open; never NULL. */
+ * Otherwise "".  The string is the library's, valid until this thread's
+ * next qs_open; never NULL.  Never fails. */
 const char *qs_open_detail(void);
 
 /* Closes the casket's files: waits for calls running in other threads to
  * return, makes calls queued for the write lock and all later calls return
  * QS_CLOSED, abandons a transaction still open (whichever thread began it)
  * and checkpoints.  The handle's memory stays valid, so other threads that
- * still hold it get QS_CLOSED rather than a crash, until qs_close.  A second
- * call returns 0.  Returns the checkpoint's error, if any. */
+ * still hold it get QS_CLOSED rather than a crash, until qs_close.
+ * @return 0 (also for a second call), or QS_INVAL (c NULL), QS_FORKED (in
+ *         a forked child: nothing is shut down), or the checkpoint's error
+ *         (STORAGE, an errno writing or syncing the files)
+ * @fail   after a checkpoint's error the handle is shut down all the same;
+ *         what was committed stays in the log, and the next open recovers
+ *         it. */
 int qs_shutdown(qs_casket *c);
 
-/* qs_shutdown, then frees the handle: it must not be used again.  Returns
- * qs_shutdown's result.  NULL is ignored. */
+/* qs_shutdown, then frees the handle: it must not be used again.  NULL is
+ * ignored.
+ * @return qs_shutdown's result; 0 for NULL and in a forked child (which
+ *         frees only its copy)
+ * @fail   the handle is freed all the same. */
 int qs_close(qs_casket *c);
 
-/* Sets sync on (nonzero) or off for later commits.  Never fails. */
+/* Sets sync on (nonzero) or off for later commits.  Never fails; NULL is
+ * ignored. */
 void qs_set_sync(qs_casket *c, int on);
 
 /* Begins a write transaction owned by the calling thread, waiting while
  * another thread of this process owns one (up to lock_timeout, as every
- * writer; a transaction whose thread has ended is aborted instead).  Fails
- * with QS_TXN if this thread already has one, QS_LOCKED, QS_READONLY,
- * QS_CLOSED. */
+ * writer; a transaction whose thread has ended is aborted instead).
+ * @return 0, or QS_TXN (this thread has one already), QS_READONLY,
+ *         QS_LOCKED (another thread's transaction past lock_timeout, or
+ *         another process), HANDLE, or the error of restarting a log that
+ *         a failed checkpoint left unusable (STORAGE, an errno)
+ * @fail   no transaction is open; nothing changed. */
 int qs_begin(qs_casket *c);
 
 /* Who held the write lock when the calling thread's last call failed with
@@ -240,7 +309,8 @@ int qs_begin(qs_casket *c);
  * process, 0 unknown; tid and thread: when the holder was another thread's
  * transaction in this process, that thread's kernel id (Python's
  * threading.get_native_id()) and pthread_t (threading.get_ident()), else
- * 0.  For messages: the holder may have let go since. */
+ * 0.  For messages: the holder may have let go since.  Never fails; NULL
+ * is ignored. */
 typedef struct qs_lock_holder {
     uint64_t pid;
     uint64_t tid;
@@ -250,86 +320,149 @@ void qs_locked_by(qs_lock_holder *out);
 
 /* Commits this thread's transaction.  With sync on, returns once the
  * transaction is durable (one log fdatasync, shared with concurrent
- * committers).  Fails with QS_TXN when this thread has no transaction.  An
- * error while writing the log aborts the transaction (its changes are gone)
- * and is returned.  An error from the sync itself is returned after the
- * transaction became visible: it then may or may not survive a crash.  In
- * every case the transaction is over when qs_commit returns. */
+ * committers).  In every case but QS_TXN and HANDLE the transaction is
+ * over when qs_commit returns.
+ * @return 0, or
+ *   QS_TXN       this thread has no transaction (nothing changed)
+ *   DEFERRED, or the error that spoiled the transaction: it is aborted
+ *   STORAGE, QS_FULL, an errno writing the log: the transaction is aborted
+ *                (its changes are gone)
+ *   an errno from the sync itself: returned after the transaction became
+ *                visible; it then may or may not survive a crash
+ *   HANDLE       (a transaction open at qs_shutdown was abandoned there)
+ * @fail as each code says. */
 int qs_commit(qs_casket *c);
 
-/* Abandons this thread's transaction: the casket is exactly as before
- * qs_begin.  Fails with QS_TXN when this thread has no transaction. */
+/* Abandons this thread's transaction (its buffered putdups too): the
+ * casket is exactly as before qs_begin.
+ * @return 0, or QS_TXN (this thread has no transaction), HANDLE
+ * @fail   nothing changed. */
 int qs_abort(qs_casket *c);
 
-/* Nonzero when the calling thread owns a transaction on c. */
+/* Nonzero when the calling thread owns a transaction on c.  Not a return
+ * code (see "Return codes"): 0 also for NULL; never fails. */
 int qs_in_transaction(qs_casket *c);
 
 /* Record functions.  Keys are 0..QS_MAX_KEY bytes, values 0..QS_MAX_VALUE
- * bytes (QS_TOOBIG otherwise).  Writing functions fail with QS_READONLY on a
- * read-only casket.  Inside a transaction, a refusal found before anything
- * changes (QS_TOOBIG, QS_INVAL, QS_KEYEXIST, QS_NOTFOUND) leaves the
- * transaction open and unchanged; an I/O, memory or corruption error in the
- * middle of a change spoils the transaction: every later write in it
- * returns that error and qs_commit aborts it and returns it.  Outside a
- * transaction such a call is rolled back whole. */
+ * bytes (QS_TOOBIG otherwise); a NULL key or value pointer is allowed only
+ * with length 0 (QS_INVAL otherwise).  Writing functions fail with
+ * QS_READONLY on a read-only casket.  Inside a transaction, a refusal
+ * found before anything changes (QS_TOOBIG, QS_INVAL, QS_KEYEXIST,
+ * QS_NOTFOUND) leaves the transaction open and unchanged; an I/O, memory
+ * or corruption error in the middle of a change spoils the transaction:
+ * every later write in it returns that error and qs_commit aborts it and
+ * returns it.  Outside a transaction such a call is rolled back whole
+ * (and is committed, with other threads' calls, before it returns). */
 
-/* Replaces all values of key with this one value. */
+/* Replaces all values of key with this one value.
+ * @return 0, or QS_INVAL (key or val NULL with a length), QS_TOOBIG,
+ *         HANDLE, WRITE, STORAGE
+ * @fail   as "Record functions" says. */
 int qs_put(qs_casket *c, const void *key, size_t klen,
            const void *val, size_t vlen);
 
-/* Stores the value only if the key has none: QS_KEYEXIST otherwise. */
+/* Stores the value only if the key has none.
+ * @return 0, or QS_KEYEXIST (the key has a value: nothing changed),
+ *         QS_INVAL, QS_TOOBIG (as qs_put), HANDLE, WRITE, STORAGE
+ * @fail   as "Record functions" says. */
 int qs_putkeep(qs_casket *c, const void *key, size_t klen,
                const void *val, size_t vlen);
 
-/* Adds the value after the existing values of key. */
+/* Adds the value after the existing values of key.  Inside a transaction
+ * the record is buffered ("Deferred putdup errors"): its own errors may be
+ * returned by a later call.
+ * @return 0, or QS_INVAL, QS_TOOBIG (as qs_put), QS_NOMEM copying it into
+ *         the buffer (not added, the transaction unchanged), HANDLE,
+ *         WRITE (DEFERRED: when this putdup fills the buffer), STORAGE
+ * @fail   as "Record functions" says. */
 int qs_putdup(qs_casket *c, const void *key, size_t klen,
               const void *val, size_t vlen);
 
 /* Adds n records in one call: record i has key keys[koff[i]..koff[i+1])
  * and value vals[voff[i]..voff[i+1]) (koff and voff have n+1 entries).
  * Each is a putdup.  Atomic: all or none (a transaction of its own when
- * none is open). */
+ * none is open); every record is checked before anything changes.  n 0
+ * writes nothing and returns 0 (QS_READONLY on a read-only casket).
+ * @return 0, or QS_INVAL (koff or voff NULL with n > 0, n >= 2^32 - 1, an
+ *         offset below the one before it, keys or vals NULL with a
+ *         record of nonzero length), QS_TOOBIG (a record's key or value),
+ *         HANDLE, WRITE, STORAGE
+ * @fail   no record added; the transaction as "Record functions" says. */
 int qs_putdup_many(qs_casket *c, size_t n,
                    const void *keys, const uint64_t *koff,
                    const void *vals, const uint64_t *voff);
 
-/* First value of key, copied to a new buffer *val (qs_free it) of *vlen
- * bytes.  QS_NOTFOUND when the key has no value (*val is then NULL). */
+/* First value of key, copied to a new buffer *val of *vlen bytes, the
+ * caller's (qs_free it; never NULL on success, also for 0 bytes).
+ * @return 0, or QS_NOTFOUND (the key has no value), QS_INVAL (val or vlen
+ *         NULL, key NULL with klen > 0), QS_TOOBIG (klen), HANDLE,
+ *         STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *val NULL and *vlen 0 (untouched when either is NULL). */
 int qs_get(qs_casket *c, const void *key, size_t klen,
            void **val, size_t *vlen);
 
 /* All values of key in insertion order, packed into one new buffer *out
  * (qs_free it): for each value a 4-byte little-endian length then the
  * bytes.  *count is the number of values, *outlen the buffer size.
- * A key with no value gives *count 0 and *out NULL, returning 0. */
+ * A key with no value gives *count 0 and *out NULL, returning 0.
+ * @return 0, or QS_INVAL (out, outlen or count NULL, key NULL with
+ *         klen > 0), QS_TOOBIG (klen), HANDLE, STORAGE, SNAPSHOT, DEFERRED;
+ *         never QS_NOTFOUND
+ * @fail   *out NULL, *outlen 0, *count 0 (untouched when one is NULL). */
 int qs_getdup(qs_casket *c, const void *key, size_t klen,
               void **out, size_t *outlen, uint64_t *count);
 
-/* Number of values of key (0 when absent), O(log n) whatever the count. */
+/* Number of values of key (0 when absent), O(log n) whatever the count.
+ * @return 0, or QS_INVAL (count NULL, key NULL with klen > 0), QS_TOOBIG
+ *         (klen), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *count 0 (untouched when count is NULL). */
 int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count);
 
-/* Number of records in the casket, each duplicate counted.  O(1). */
+/* Number of records in the casket, each duplicate counted.  O(1).
+ * @return 0, or QS_INVAL (count NULL), HANDLE, STORAGE, SNAPSHOT,
+ *         DEFERRED
+ * @fail   *count 0, or untouched when the view could not be had (catching
+ *         up, SNAPSHOT, DEFERRED): do not use it. */
 int qs_records(qs_casket *c, uint64_t *count);
 
-/* Removes the first value of key; QS_NOTFOUND when it has none. */
+/* Removes the first value of key.
+ * @return 0, or QS_NOTFOUND (the key has no value: nothing changed),
+ *         QS_INVAL (key NULL with klen > 0), QS_TOOBIG (klen), HANDLE,
+ *         WRITE, STORAGE
+ * @fail   as "Record functions" says. */
 int qs_out(qs_casket *c, const void *key, size_t klen);
 
-/* Removes all values of key; *removed (may be NULL) gets how many. */
+/* Removes all values of key; *removed (may be NULL) gets how many (0 for
+ * a key without values: not an error).
+ * @return 0, or QS_INVAL (key NULL with klen > 0), QS_TOOBIG (klen),
+ *         HANDLE, WRITE, STORAGE
+ * @fail   *removed 0; the transaction as "Record functions" says. */
 int qs_outlist(qs_casket *c, const void *key, size_t klen,
                uint64_t *removed);
 
 /* Writes every committed change to the main file and syncs it
- * (a checkpoint).  Fails with QS_TXN while this thread has a transaction;
- * QS_LOCKED when another handle's operation or an open snapshot holds the
- * checkpoint off (nothing is lost: the commits stay in the log). */
+ * (a checkpoint).  On a read-only handle it does nothing and returns 0.
+ * @return 0, or QS_TXN (this thread has a transaction), QS_LOCKED (the
+ *         write lock past lock_timeout, or another handle's operation or
+ *         an open snapshot holds the checkpoint off: nothing is lost, the
+ *         commits stay in the log), HANDLE, STORAGE, an errno writing or
+ *         syncing the files
+ * @fail   every commit stays in the log (the next checkpoint copies it). */
 int qs_sync(qs_casket *c);
 
 /* Walks the whole file: every page's checksum, the tree's order and counts,
  * overflow chains, the free list, and that every page is used exactly once;
  * and the log: every committed frame, and no damaged frame that a later
  * frame declares synced (as recovery would judge it at the next open).
- * Returns 0 when sound, else QS_CORRUPT (or an errno) with a description of
- * the first damage found in msg (NUL-terminated, truncated to msgcap). */
+ * A writable handle takes the write lock for the walk.  msg (msgcap
+ * bytes, NUL-terminated, truncated) gets a description of the first damage
+ * found, "" when sound; msg may be NULL or msgcap 0.
+ * @return 0 when sound, or QS_CORRUPT (damage: msg says where), QS_TXN
+ *         (this thread has a transaction), QS_LOCKED (the write lock past
+ *         lock_timeout), HANDLE, STORAGE (msg may name what failed),
+ *         SNAPSHOT
+ * @fail   msg as above ("" for QS_TXN and QS_LOCKED; untouched for
+ *         HANDLE); nothing changed. */
 int qs_check(qs_casket *c, char *msg, size_t msgcap);
 
 /* The number of the last page this handle found damaged when reading it
@@ -337,19 +470,24 @@ int qs_check(qs_casket *c, char *msg, size_t msgcap);
  * when it has found none since the last call (the number is forgotten once
  * returned) -- so also 0 when the damage reported as QS_CORRUPT was in the
  * structure between sound pages (qs_check's message names those).  For
- * telling a user where a QS_CORRUPT came from: call it right after.  Never
- * fails; 0 for NULL.  Valid until qs_close. */
+ * telling a user where a QS_CORRUPT came from: call it right after.  Not
+ * a return code (see "Return codes"): never fails; 0 for NULL.  Valid
+ * until qs_close. */
 uint32_t qs_corrupt_page(qs_casket *c);
 
 /* Rewrites the casket compactly and gives the free space back to the file
  * system.  Crash-safe: until the new file is renamed over the old one, the
  * old file stays authoritative; the new file has the old one's permission
- * bits.  Fails with QS_TXN inside a transaction,
- * QS_READONLY.  Failures before the rename change nothing.  If the handle
+ * bits.  Failures before the rename change nothing.  If the handle
  * cannot reopen the new file after the rename (out of memory, I/O error),
  * it keeps serving reads of the last commit but refuses writes with that
  * error until the casket is reopened; an error syncing the directory after
- * a successful switch is returned as is. */
+ * a successful switch is returned as is.
+ * @return 0, or QS_READONLY, QS_TXN (this thread has a transaction),
+ *         QS_LOCKED (the write lock past lock_timeout, or other handles,
+ *         of this process or others, have the casket open), HANDLE,
+ *         STORAGE, an errno (ENOSPC, ...)
+ * @fail   as above. */
 int qs_compact(qs_casket *c);
 
 /* Opens a snapshot of c: a new read-only handle (*out, the caller's until
@@ -368,8 +506,11 @@ int qs_compact(qs_casket *c);
  * QS_SNAPSHOT_OLD (it can only be closed).  While a snapshot holds them
  * off, checkpoints are put off as when readers are slow: qs_sync returns
  * QS_LOCKED, commits go on.  cache_bytes is the snapshot's page memory
- * budget (0: as qs_options).  Fails as qs_open (flag QS_OPEN_READ) on c's
- * path; on failure *out is NULL. */
+ * budget (0: as qs_options).
+ * @return 0, or QS_INVAL (out NULL), the errors of qs_open with flag
+ *         QS_OPEN_READ on c's path (QS_LOCKED, QS_NOATTACH, QS_NOMEM,
+ *         STORAGE, an errno), HANDLE
+ * @fail   *out NULL (when out is not NULL); nothing is left open. */
 int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
                      qs_casket **out);
 
@@ -383,54 +524,93 @@ int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
  * c was opened with (qs_options.perm).  Fails with EEXIST when dest,
  * dest-log or dest-shm exists (nothing is replaced), QS_SNAPSHOT_OLD when
  * the log outgrew the snapshot's limit during the copy, or an errno; then
- * no dest exists.  Progress is reported by qs_progress. */
+ * no dest exists.  Progress is reported by qs_progress.
+ * @return 0, or QS_INVAL (dest NULL or ""), EEXIST, QS_SNAPSHOT_OLD, the
+ *         errors of qs_snapshot_open, HANDLE, QS_NOMEM, STORAGE, an errno
+ *         (ENOSPC, EACCES, ...)
+ * @fail   no dest, and no dest-backup left behind; c unchanged. */
 int qs_backup(qs_casket *c, const char *dest);
 
 /* Progress of the compaction or backup running on c (or of the last one):
  * *done records copied of *total.  Callable from another thread while it
- * runs.  Both 0 before the first. */
+ * runs.  Both 0 before the first.
+ * @return 0, or QS_INVAL (done or total NULL), HANDLE
+ * @fail   *done and *total untouched. */
 int qs_progress(qs_casket *c, uint64_t *done, uint64_t *total);
 
-/* Fills *st.  Never fails on an open handle.  The counts are read one by
- * one, not at one instant: open_cursors may lag a cursor another thread is
- * opening or closing at that moment. */
+/* Fills *st.  The counts are read one by one, not at one instant:
+ * open_cursors may lag a cursor another thread is opening or closing at
+ * that moment.
+ * @return 0, or QS_INVAL (st NULL), HANDLE, and what getting the caller's
+ *         view can fail with: STORAGE (catching up), SNAPSHOT, DEFERRED
+ * @fail   *st all zero (untouched when st is NULL). */
 int qs_stat_get(qs_casket *c, qs_stat *st);
 
 /* Cursors walk keys in order and a key's duplicates in insertion order.
  * A cursor reads the view of the thread using it (its own transaction's
  * changes, or the last commit) and stays valid across commits: after a
  * change it finds its place again by its current key.  A cursor is used by
- * one thread at a time and must be closed before its casket. */
+ * one thread at a time and must be closed before its casket.  A new cursor
+ * is unpositioned.  *out is the caller's until qs_cursor_close (NULL is
+ * ignored there).
+ * @return 0, or QS_INVAL (out NULL), QS_NOMEM, HANDLE
+ * @fail   *out untouched. */
 int qs_cursor_open(qs_casket *c, qs_cursor **out);
 void qs_cursor_close(qs_cursor *cur);
 
-/* Position on the first / last record.  QS_NOTFOUND when empty. */
+/* Position on the first / last record.
+ * @return 0, or QS_NOTFOUND (no record), HANDLE, STORAGE, SNAPSHOT,
+ *         DEFERRED
+ * @fail   QS_NOTFOUND and a failed read leave the cursor unpositioned; a
+ *         view that could not be had (catching up, SNAPSHOT, DEFERRED)
+ *         leaves it where it was. */
 int qs_cursor_first(qs_cursor *cur);
 int qs_cursor_last(qs_cursor *cur);
 
-/* Position on the first record whose key is >= key.  QS_NOTFOUND when
- * there is none. */
+/* Position on the first record whose key is >= key.
+ * @return 0, or QS_NOTFOUND (there is none), QS_INVAL (key NULL with
+ *         klen > 0), QS_TOOBIG (klen), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   as qs_cursor_first; QS_INVAL and QS_TOOBIG leave it as it was. */
 int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen);
 
-/* Step.  QS_NOTFOUND at the end (the cursor is then unpositioned). */
+/* Step.
+ * @return 0, or QS_NOTFOUND (at the end: the cursor is then unpositioned;
+ *         or it was unpositioned), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   as qs_cursor_first (an error finding its record again leaves it
+ *         on that record, to be found by the next call). */
 int qs_cursor_next(qs_cursor *cur);
 int qs_cursor_prev(qs_cursor *cur);
 
 /* Copies the record under the cursor into new buffers (qs_free both; either
- * out-pointer pair may be NULL to skip it).  QS_NOTFOUND when unpositioned
- * or when the record was removed by someone else. */
+ * out-pointer pair may be NULL to skip it); a 0-byte key or value still
+ * gets a buffer.
+ * @return 0, or QS_NOTFOUND (unpositioned, or the record was removed by
+ *         someone else), QS_INVAL (key without klen, val without vlen),
+ *         QS_NOMEM, HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *key and *val NULL (those asked for), *klen and *vlen untouched
+ *         (all untouched for QS_INVAL); the cursor stays where it was. */
 int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen,
                   void **val, size_t *vlen);
 
 /* Reads up to max records from the cursor's position onward (forward, or
  * backward when reverse is nonzero), leaving the cursor after the last
  * one read.  Output as qs_getdup, each record a key then a value:
- * [u32 klen][key][u32 vlen][value]...  *count = 0 at the end. */
+ * [u32 klen][key][u32 vlen][value]...  *count 0 (returning 0) at the
+ * end, when unpositioned, or for max 0.
+ * @return 0, or QS_INVAL (out, outlen or count NULL), HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED
+ * @fail   *out NULL, *outlen 0, *count 0 (untouched when one is NULL). */
 int qs_cursor_read(qs_cursor *cur, size_t max, int reverse,
                    void **out, size_t *outlen, uint64_t *count);
 
 /* Removes the record under the cursor; the cursor moves to the record
- * after it (QS_NOTFOUND if there is none, the removal still done). */
+ * after it.  A write as the record functions' ("Record functions").
+ * @return 0, or QS_NOTFOUND (three cases: the cursor was unpositioned or
+ *         its record was removed by someone else -- nothing removed; or
+ *         the removed record was the last -- removed, the cursor is now
+ *         unpositioned), QS_READONLY, HANDLE, WRITE, STORAGE
+ * @fail   nothing removed (but for the last QS_NOTFOUND above); the
+ *         transaction as "Record functions" says. */
 int qs_cursor_out(qs_cursor *cur);
 
 /* ---- queues ----------------------------------------------------------------
@@ -456,6 +636,13 @@ int qs_cursor_out(qs_cursor *cur);
  *
  * Times are seconds: timeout < 0 waits without limit, 0 does not wait.
  * Inside a transaction nothing waits (waiting would hold the write lock).
+ *
+ * A bad name (NULL, empty, or longer than QS_MAX_QUEUE_NAME) is QS_INVAL
+ * for every call that takes one, found before anything else but HANDLE.
+ * The calls that write (put, publish, get, reserve, ack, release, clear)
+ * fail as the record functions do ("Record functions": WRITE, STORAGE);
+ * the ones that only read (peek, scan, len, list, records) with HANDLE,
+ * STORAGE, SNAPSHOT and DEFERRED.
  */
 
 /* Items handed out by the queue functions, in one allocation owned by the
@@ -473,12 +660,13 @@ typedef struct qs_items {
                                    binding split data in one step) */
 } qs_items;
 
-/* Releases items.  NULL is ignored. */
+/* Releases items (the qs_items and the arrays in it).  NULL is ignored. */
 void qs_items_free(qs_items *items);
 
 /* Appends one item to queue name; *id (may be NULL) gets its id.
- * QS_INVAL: empty or too long name, NULL with nonzero length; QS_TOOBIG:
- * payload over QS_MAX_VALUE - 1 bytes; QS_READONLY. */
+ * @return 0, or QS_INVAL (a bad name, val NULL with vlen > 0), QS_TOOBIG
+ *         (a payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ * @fail   *id untouched. */
 int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
                  const void *val, size_t vlen, uint64_t *id);
 
@@ -487,8 +675,10 @@ int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
  * checked and copied every time.  *out is the caller's until qs_queue_free
  * (NULL is ignored there).  It refers to c without owning any of it: it
  * must not be used after qs_close(c), but may be freed then.  The queue
- * need not exist yet.  QS_INVAL: NULL c or out, empty or too long name;
- * QS_NOMEM.  On failure *out is NULL. */
+ * need not exist yet.
+ * @return 0, or QS_INVAL (c or out NULL, a bad name), QS_NOMEM; never
+ *         QS_CLOSED or QS_FORKED (the calls on the queue report those)
+ * @fail   *out NULL (when out is not NULL). */
 typedef struct qs_queue qs_queue;
 int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out);
 void qs_queue_free(qs_queue *q);
@@ -496,15 +686,21 @@ void qs_queue_free(qs_queue *q);
 /* qs_queue_put on q, returning the new item's id (>= 1) rather than taking
  * a pointer for it.  On failure a negative value (see "Return codes"
  * above): a QS_* code as qs_queue_put returns it, or -e for an errno e.
- * Fails as qs_queue_put, and with QS_CLOSED/QS_FORKED for q's casket. */
+ * @return the id (>= 1), or QS_INVAL (q NULL, val NULL with vlen > 0),
+ *         QS_TOOBIG (as qs_queue_put; both found before q's casket is
+ *         looked at), QS_CLOSED, QS_FORKED, WRITE and STORAGE (an errno e
+ *         as -e) */
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
 
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,
  * *first_id + 1, ... (first_id may be NULL).  Checks every item before
- * changing anything: QS_INVAL when the lengths do not add up to vals_len,
- * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes. */
+ * changing anything.  n 0 adds nothing and returns 0 (*first_id 0).
+ * @return 0, or QS_INVAL (a bad name, lens NULL with n > 0, vals NULL with
+ *         vals_len > 0, lengths not adding up to vals_len), QS_TOOBIG (a
+ *         payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ * @fail   *first_id untouched; no item added. */
 int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
                       const void *vals, size_t vals_len, const uint32_t *lens,
                       uint64_t *first_id);
@@ -517,7 +713,10 @@ int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
  * Checks every record before changing anything: QS_INVAL when a record
  * starts with another byte or the records do not exactly fill frames_len
  * (nothing is stored: the caller may then pack the batch another way),
- * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes. */
+ * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes.
+ * @return 0, or QS_INVAL (a bad name, frames NULL with frames_len > 0, a
+ *         bad record as above), QS_TOOBIG, HANDLE, WRITE, STORAGE
+ * @fail   *first_id untouched; no item added. */
 enum { QS_FRAME_BYTES = 0x73 };   /* marshal's TYPE_STRING, "s" */
 int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
                         const void *frames, size_t frames_len, uint64_t *first_id);
@@ -525,7 +724,10 @@ int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
 /* Fan-out: stores the payload once and appends a reference to it, under one
  * id, to each of nnames queues (name i is names[noff[i] .. noff[i+1])).  The
  * payload's storage is freed when the last queue has consumed its reference.
- * QS_INVAL: no names, a bad name, or a name given twice. */
+ * @return 0, or QS_INVAL (nnames 0, names or noff NULL, val NULL with
+ *         vlen > 0, a bad name, a name given twice), QS_TOOBIG (a payload
+ *         over QS_MAX_VALUE bytes), HANDLE, WRITE, STORAGE
+ * @fail   *id untouched; no queue changed. */
 int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
                      const void *val, size_t vlen, uint64_t *id);
 
@@ -540,18 +742,25 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * (qs_queue_wait_left).  A
  * signal that arrives in the instant between a look at the queue and the
  * sleep is not seen until the next wake-up, as with any wait that cannot
- * block signals atomically around its sleep. */
+ * block signals atomically around its sleep.
+ * @return 0, or QS_NOTFOUND, QS_CLOSED, QS_INTR (above), QS_INVAL (out
+ *         NULL, a bad name, max 0, timeout NaN), QS_NOMEM, HANDLE, WRITE,
+ *         STORAGE
+ * @fail   *out NULL (when out is not NULL); nothing taken. */
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
                  double timeout, qs_items **out);
 
 /* After qs_queue_get or qs_queue_reserve returned QS_INTR in this thread:
  * the seconds that were left of its timeout (>= 0), or -1 when it had
- * none; to pass to the call that goes on waiting.  Per thread, like errno. */
+ * none; to pass to the call that goes on waiting.  Per thread, like errno.
+ * Never fails. */
 double qs_queue_wait_left(void);
 
 /* Returns copies of up to max items from the front without removing them
- * (reserved ones skipped), in the caller's view.  QS_NOTFOUND when the queue
- * has none. */
+ * (reserved ones skipped), in the caller's view.
+ * @return 0, or QS_NOTFOUND (none available), QS_INVAL (out NULL, a bad
+ *         name, max 0), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *out NULL (when out is not NULL). */
 int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
                   qs_items **out);
 
@@ -563,8 +772,10 @@ int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
  * a snapshot (qs_snapshot_open) all calls see one commit; elsewhere each
  * call sees the newest, so an iteration never yields an item twice or out
  * of order, yields every item that stayed in the queue throughout, and
- * may or may not yield items added or consumed meanwhile.  QS_INVAL: a bad
- * name, max 0, after UINT64_MAX. */
+ * may or may not yield items added or consumed meanwhile.
+ * @return 0, or QS_INVAL (out NULL, a bad name, max 0, after UINT64_MAX),
+ *         HANDLE, STORAGE, SNAPSHOT, DEFERRED; never QS_NOTFOUND
+ * @fail   *out NULL (when out is not NULL). */
 int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
                   size_t max_bytes, qs_items **out);
 
@@ -574,7 +785,10 @@ int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, s
  * release or close.  A reservation made inside a transaction is undone if
  * the transaction aborts.  QS_RESFULL: no room for one more reservation
  * (counting those the open transaction made), nothing changed; the
- * transaction stays usable. */
+ * transaction stays usable.
+ * @return 0, or QS_RESFULL, and as qs_queue_get (QS_NOTFOUND, QS_CLOSED,
+ *         QS_INTR, ...), QS_INVAL also for lease negative or NaN
+ * @fail   *out NULL (when out is not NULL); nothing reserved. */
 int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout,
                      double lease, qs_items **out);
 
@@ -582,51 +796,74 @@ int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout
  * the first available ones, in order.  A batch stops early where the room
  * for reservations ends; QS_RESFULL only when there is room for none.
  * Used by a binding that must look at payloads (decode them) before they
- * are consumed: reserve, look, then qs_queue_ack_many or release. */
+ * are consumed: reserve, look, then qs_queue_ack_many or release.
+ * @return as qs_queue_reserve (QS_INVAL also for max 0)
+ * @fail   as qs_queue_reserve. */
 int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max,
                           double timeout, double lease, qs_items **out);
 
 /* Acknowledges a reserved item: removes it from the queue (as part of the
  * caller's transaction, if any; an abort leaves it reserved).
- * QS_NOTRESERVED: no reservation of id under token. */
+ * @return 0, or QS_NOTRESERVED (no reservation of id under token: nothing
+ *         changed), QS_INVAL (a bad name), HANDLE, WRITE, STORAGE */
 int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token);
 
 /* qs_queue_ack of n (>= 1) items reserved under one token, ids in
  * increasing order, in one transaction (or as part of the caller's).  All
  * or none: every id is checked first; QS_NOTRESERVED when one is not
  * reserved under token, QS_INVAL for n == 0 or ids not increasing; the
- * caller's transaction is then unchanged. */
+ * caller's transaction is then unchanged.
+ * @return 0, or QS_NOTRESERVED, QS_INVAL (also a bad name, ids NULL),
+ *         HANDLE, WRITE, STORAGE */
 int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n,
                       const uint64_t *ids, uint64_t token);
 
 /* Ends a reservation without consuming: the item is available again, at
  * its place at the front.  Takes effect at once, transaction or not.
- * QS_NOTRESERVED as qs_queue_ack (also for an item acknowledged in the
- * open transaction). */
+ * @return 0, or QS_NOTRESERVED as qs_queue_ack (also for an item
+ *         acknowledged in the open transaction), QS_INVAL (a bad name),
+ *         HANDLE, WRITE (it takes the write lock), STORAGE */
 int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id,
                      uint64_t token);
 
 /* *len = items available to get in the caller's view (reserved ones not
- * counted).  O(1) once the queue has been used through this handle. */
+ * counted).  O(1) once the queue has been used through this handle.  A
+ * queue that does not exist has length 0 (not an error).
+ * @return 0, or QS_INVAL (len NULL, a bad name), HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED
+ * @fail   *len 0 (untouched when len is NULL). */
 int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len);
 
 /* Removes every available (unreserved) item; *removed (may be NULL) gets
- * how many. */
+ * how many.
+ * @return 0, or QS_INVAL (a bad name), HANDLE, WRITE, STORAGE
+ * @fail   *removed 0. */
 int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed);
 
 /* Lists the queues holding at least one item, in name order: name i is
  * data[off[i] .. off[i+1]) and ids[i] its length as qs_queue_len.
- * *out has count 0 when there are none. */
+ * *out has count 0 when there are none.
+ * @return 0, or QS_INVAL (out NULL), QS_NOMEM, HANDLE, STORAGE, SNAPSHOT,
+ *         DEFERRED
+ * @fail   *out NULL (when out is not NULL). */
 int qs_queue_list(qs_casket *c, qs_items **out);
 
 /* Records in the queue namespace (items, shared payloads and their counts):
- * for statistics and tests. */
+ * for statistics and tests.
+ * @return 0, or QS_INVAL (count NULL), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *count 0, or untouched when the view could not be had: do not
+ *         use it. */
 int qs_queue_records(qs_casket *c, uint64_t *count);
 
 /* Runs the seed-000 workload entirely in C: one transaction of n items,
  * each putdup(qkey, id_i) and putdup(id_i, id_i), where id_i are the n
  * strings of idlen bytes at ids + i*idlen.  Used by the benchmark to show
- * what the Python binding costs. */
+ * what the Python binding costs.  Inside the caller's transaction the
+ * putdups are part of it (and buffered, as qs_putdup's).
+ * @return 0, or QS_INVAL (qkey NULL with qklen > 0, ids NULL with n > 0),
+ *         and what qs_begin, qs_putdup and qs_commit return
+ * @fail   outside a transaction nothing is stored; inside the caller's,
+ *         the putdups made before the failure stay in it. */
 int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen,
                   const void *ids, size_t idlen, size_t n);
 
