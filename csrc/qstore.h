@@ -521,13 +521,13 @@ int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes,
  * items are there, unreserved).  The copy is built as dest-backup (and
  * dest-backup-log) and linked to dest only when complete and durable, so a
  * failed or killed backup leaves no dest; dest gets the permission bits
- * c was opened with (qs_options.perm).  Fails with EEXIST when dest,
- * dest-log or dest-shm exists (nothing is replaced), QS_SNAPSHOT_OLD when
- * the log outgrew the snapshot's limit during the copy, or an errno; then
- * no dest exists.  Progress is reported by qs_progress.
- * @return 0, or QS_INVAL (dest NULL or ""), EEXIST, QS_SNAPSHOT_OLD, the
- *         errors of qs_snapshot_open, HANDLE, QS_NOMEM, STORAGE, an errno
- *         (ENOSPC, EACCES, ...)
+ * c was opened with (qs_options.perm).  Progress is reported by
+ * qs_progress.
+ * @return 0, or QS_INVAL (dest NULL or ""), EEXIST (dest, dest-log or
+ *         dest-shm exists: nothing is replaced), QS_SNAPSHOT_OLD (the log
+ *         outgrew the snapshot's limit during the copy), the errors of
+ *         qs_snapshot_open, HANDLE, QS_NOMEM, STORAGE, an errno (ENOSPC,
+ *         EACCES, ...)
  * @fail   no dest, and no dest-backup left behind; c unchanged. */
 int qs_backup(qs_casket *c, const char *dest);
 
@@ -638,11 +638,10 @@ int qs_cursor_out(qs_cursor *cur);
  * Inside a transaction nothing waits (waiting would hold the write lock).
  *
  * A bad name (NULL, empty, or longer than QS_MAX_QUEUE_NAME) is QS_INVAL
- * for every call that takes one, found before anything else but HANDLE.
- * The calls that write (put, publish, get, reserve, ack, release, clear)
- * fail as the record functions do ("Record functions": WRITE, STORAGE);
- * the ones that only read (peek, scan, len, list, records) with HANDLE,
- * STORAGE, SNAPSHOT and DEFERRED.
+ * for every call that takes one.  The calls that write (put, publish,
+ * get, reserve, ack, release, clear) fail as the record functions do
+ * ("Record functions": WRITE, STORAGE); the ones that only read (peek,
+ * scan, len, list, records) with HANDLE, STORAGE, SNAPSHOT and DEFERRED.
  */
 
 /* Items handed out by the queue functions, in one allocation owned by the
