@@ -2,7 +2,10 @@
  * transactions, group commit, cursors, check and compact. */
 #include "casket.h"
 #include "osdep.h"
+#include "group.h"
 #include "queue.h"
+#include "records.h"
+#include "txn.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -21,8 +24,6 @@
 #define DEFAULT_CHECKPOINT (4ull << 20)
 /* How long the log may grow while a snapshot holds checkpoints off. */
 #define DEFAULT_SNAPSHOT_LOG (1ull << 30)
-#define LOG_SUFFIX "-log"
-#define SHM_SUFFIX "-shm"
 /* How long a checkpoint waits for other processes' operations to end
  * before it is put off to a later commit. */
 #define CKPT_WAIT 0.25
@@ -36,6 +37,11 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void after_fork_in_child(void) { atomic_fetch_add(&fork_generation, 1); }
 static void install_fork_hook(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+unsigned cs_fork_generation(void)
+{
+    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
 
 static int forked(const qs_casket *c)
 {
@@ -71,7 +77,7 @@ static uint64_t my_tid(void)
     return my_tid_v;
 }
 
-static int i_own(qs_casket *c)
+int cs_owns(qs_casket *c)
 {
     return atomic_load_explicit(&c->owner, memory_order_relaxed) == my_tid();
 }
@@ -110,7 +116,7 @@ static _Thread_local struct {
  * (and again in a forked child, where the thread is another one). */
 static void my_kernel_thread(int *tid, uint64_t *start)
 {
-    unsigned gen = atomic_load_explicit(&fork_generation, memory_order_relaxed);
+    unsigned gen = cs_fork_generation();
     if (!me_kernel.tid || me_kernel.fork_gen != gen) {
         me_kernel.tid = (int)syscall(SYS_gettid);
         me_kernel.start = thread_start(me_kernel.tid);
@@ -137,6 +143,11 @@ void qs_locked_by(qs_lock_holder *out)
 {
     if (out)
         *out = locked_by;
+}
+
+void tx_locked_by_nobody(void)
+{
+    locked_by = (qs_lock_holder){0, 0, 0};
 }
 
 void qs_free(void *p) { free(p); }
@@ -213,7 +224,7 @@ void cs_view_unlock(qs_casket *c)
 }
 
 /* Publishes our newest commit (or checkpoint) to other handles; mu held. */
-static void publish_shared(qs_casket *c)
+void tx_publish(qs_casket *c)
 {
     if (!c->shared)
         return;
@@ -225,7 +236,7 @@ static void publish_shared(qs_casket *c)
  * in-process one, and brings the writer up to date: the newest commit, a
  * commit a writer that died holding the lock left unpublished, the log's
  * size, and a transaction number no other writer has used. */
-static int process_lock(qs_casket *c, double timeout)
+int tx_process_lock(qs_casket *c, double timeout)
 {
     int died, rc = sh_wlock(&c->sh, timeout, &died);
     if (rc)
@@ -239,14 +250,14 @@ static int process_lock(qs_casket *c, double timeout)
         if (rc == 0 && found) {
             c->version++;
             qq_refresh(c);
-            publish_shared(c);
+            tx_publish(c);
         }
         if (rc == 0 && c->pg.log.salt == 0 && !c->readonly) {
             /* The casket was first opened read-only, without a log. */
             if ((rc = wal_reset(&c->pg.log, c->pg.meta.txn)) == 0 &&
                 (rc = pg_log_size(&c->pg)) == 0) {
                 c->pg.log_end = PG_SIZE;
-                publish_shared(c);
+                tx_publish(c);
             }
         }
         if (rc == 0) {
@@ -266,15 +277,11 @@ static int process_lock(qs_casket *c, double timeout)
 
 static void writer_release(qs_casket *c);
 
-static int writer_enter_opt(qs_casket *c, int wait, double timeout);
-
-static int writer_enter(qs_casket *c)
+int tx_writer_enter(qs_casket *c)
 {
-    return writer_enter_opt(c, 1, c->lock_timeout);
+    return tx_writer_enter_opt(c, 1, c->lock_timeout);
 }
 
-static void abort_locked(qs_casket *c);
-static void writer_leave(qs_casket *c);
 
 /* How often a writer waiting for another thread's transaction looks
  * whether that thread still exists (a thread's end wakes nobody). */
@@ -290,8 +297,8 @@ static void abandon_orphan(qs_casket *c)
     atomic_store(&c->owner, my_tid());
     c->explicit_txn = 0;
     pthread_mutex_unlock(&c->wmu);
-    abort_locked(c);
-    writer_leave(c);
+    tx_abort_locked(c);
+    tx_writer_leave(c);
     pthread_mutex_lock(&c->wmu);
 }
 
@@ -308,7 +315,7 @@ static int locked_by_thread(qs_casket *c)
  * abandon_orphan).  Another thread's single call is always waited for: it
  * ends by itself, within the call.  Another process is waited for what is
  * left of timeout. */
-static int writer_enter_opt(qs_casket *c, int wait, double timeout)
+int tx_writer_enter_opt(qs_casket *c, int wait, double timeout)
 {
     double deadline = -1.0;     /* read the clock only if we must wait */
     pthread_mutex_lock(&c->wmu);
@@ -356,7 +363,7 @@ static int writer_enter_opt(qs_casket *c, int wait, double timeout)
     pthread_mutex_unlock(&c->wmu);
     if (c->shared) {
         double left = !wait ? 0 : deadline < 0 ? timeout : deadline - cs_now();
-        int rc = process_lock(c, left > 0 ? left : 0);
+        int rc = tx_process_lock(c, left > 0 ? left : 0);
         if (rc) {
             if (rc == QS_LOCKED)
                 locked_by = (qs_lock_holder){sh_wlock_holder(&c->sh), 0, 0};
@@ -367,7 +374,7 @@ static int writer_enter_opt(qs_casket *c, int wait, double timeout)
     return 0;
 }
 
-static void writer_leave(qs_casket *c)
+void tx_writer_leave(qs_casket *c)
 {
     if (c->shared)
         sh_wunlock(&c->sh);
@@ -386,17 +393,15 @@ static void writer_release(qs_casket *c)
     pthread_mutex_unlock(&c->wmu);
 }
 
-static int flush_pending(qs_casket *c);
-
-static void drop_pending(qs_casket *c)
+void rec_drop_pending(qs_casket *c)
 {
     c->pend_n = 0;
     c->pend_keys.len = c->pend_vals.len = 0;
 }
 
-static void abort_locked(qs_casket *c)
+void tx_abort_locked(qs_casket *c)
 {
-    drop_pending(c);
+    rec_drop_pending(c);
     pthread_mutex_lock(&c->mu);
     pg_abort(&c->pg);
     qq_txn_end(c, 0);
@@ -405,7 +410,7 @@ static void abort_locked(qs_casket *c)
 }
 
 /* Waits until the log is durable up to lsn; one waiter syncs for all. */
-static int group_sync(qs_casket *c, uint64_t lsn)
+int tx_group_sync(qs_casket *c, uint64_t lsn)
 {
     int rc = 0;
     pthread_mutex_lock(&c->smu);
@@ -434,7 +439,7 @@ static int group_sync(qs_casket *c, uint64_t lsn)
 }
 
 /* Checkpoint while holding the write lock with no transaction open. */
-static int checkpoint_locked(qs_casket *c, uint64_t keep)
+int tx_checkpoint(qs_casket *c, uint64_t keep)
 {
     int rc = 0;
     /* A snapshot below its log limit holds the checkpoint off: put off to
@@ -457,7 +462,7 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
      * frames are durable, or a power cut halfway through the copy could
      * leave newer pages in it than the log can replay to.  Holds with sync
      * off too: there commits may be lost, but never the file's sanity. */
-    if (c->pg.logidx.len && (rc = group_sync(c, c->lsn_base + c->pg.log_end)) == 0)
+    if (c->pg.logidx.len && (rc = tx_group_sync(c, c->lsn_base + c->pg.log_end)) == 0)
         rc = pg_checkpoint_copy(&c->pg);
     if (rc) {
         if (c->shared)
@@ -471,7 +476,7 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
         c->fatal = rc;
     /* Even a failed log restart may have changed the header: others must
      * reread it (and find the main file complete). */
-    publish_shared(c);
+    tx_publish(c);
     pthread_mutex_unlock(&c->mu);
     if (c->shared)
         sh_ckpt_end(&c->sh);
@@ -488,13 +493,13 @@ static int checkpoint_locked(qs_casket *c, uint64_t keep)
 
 /* Retries starting a new log generation after that failed (the write lock
  * held): until it succeeds no commit may be written. */
-static int heal(qs_casket *c)
+int tx_heal(qs_casket *c)
 {
     if (c->defunct)
         return c->defunct;
     if (!c->fatal)
         return 0;
-    int rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
+    int rc = tx_checkpoint(c, c->checkpoint_bytes + (1u << 20));
     if (rc == 0)
         c->fatal = 0;
     return rc;
@@ -502,9 +507,9 @@ static int heal(qs_casket *c)
 
 /* Commits the open transaction of the calling thread (which holds the write
  * lock) and releases the lock, without waiting for the sync: *sync_lsn is
- * then the log position to pass to group_sync, or 0 when nothing needs
+ * then the log position to pass to tx_group_sync, or 0 when nothing needs
  * syncing (sync off, nothing written, or a checkpoint already synced it). */
-static int commit_release(qs_casket *c, uint64_t *sync_lsn)
+int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
 {
     int wrote = 0, sync = atomic_load(&c->sync);
     *sync_lsn = 0;
@@ -522,14 +527,14 @@ static int commit_release(qs_casket *c, uint64_t *sync_lsn)
     if (rc == 0)
         rc = pg_commit_write(&c->pg, sync, &wrote);
     if (rc) {
-        abort_locked(c);
-        writer_leave(c);
+        tx_abort_locked(c);
+        tx_writer_leave(c);
         return rc;
     }
     pthread_mutex_lock(&c->mu);
     if (wrote) {
         pg_publish(&c->pg);
-        publish_shared(c);
+        tx_publish(c);
     } else
         pg_abort(&c->pg);
     qq_txn_end(c, 1);
@@ -545,8 +550,8 @@ static int commit_release(qs_casket *c, uint64_t *sync_lsn)
      * sync as usual. */
     int synced = 0;
     if (wrote && c->pg.log_end > c->checkpoint_bytes)
-        synced = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20)) == 0;
-    writer_leave(c);
+        synced = tx_checkpoint(c, c->checkpoint_bytes + (1u << 20)) == 0;
+    tx_writer_leave(c);
     if (wrote && sync && !synced)
         *sync_lsn = lsn;
     return 0;
@@ -555,23 +560,23 @@ static int commit_release(qs_casket *c, uint64_t *sync_lsn)
 static int commit_and_leave(qs_casket *c)
 {
     uint64_t lsn;
-    int rc = commit_release(c, &lsn);
-    return rc == 0 && lsn ? group_sync(c, lsn) : rc;
+    int rc = tx_commit_release(c, &lsn);
+    return rc == 0 && lsn ? tx_group_sync(c, lsn) : rc;
 }
 
-static int do_begin(qs_casket *c)
+int tx_begin(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
     if (c->readonly)
         return QS_READONLY;
-    if (i_own(c))
+    if (cs_owns(c))
         return QS_TXN;
-    int rc = writer_enter(c);
+    int rc = tx_writer_enter(c);
     if (rc)
         return rc;
-    if ((rc = heal(c)) != 0) {
-        writer_leave(c);
+    if ((rc = tx_heal(c)) != 0) {
+        tx_writer_leave(c);
         return rc;
     }
     pthread_mutex_lock(&c->mu);
@@ -589,36 +594,36 @@ static int do_begin(qs_casket *c)
     return 0;
 }
 
-static int do_commit(qs_casket *c)
+int tx_commit(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
-    if (!i_own(c) || !c->explicit_txn)
+    if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
-    flush_pending(c);  /* a failure is recorded in txn_error */
+    rec_flush_pending(c);  /* a failure is recorded in txn_error */
     if (c->txn_error) {
         int rc = c->txn_error;
-        abort_locked(c);
-        writer_leave(c);
+        tx_abort_locked(c);
+        tx_writer_leave(c);
         return rc;
     }
     return commit_and_leave(c);
 }
 
-static int do_abort(qs_casket *c)
+int tx_abort(qs_casket *c)
 {
     if (!c)
         return QS_INVAL;
-    if (!i_own(c) || !c->explicit_txn)
+    if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
-    abort_locked(c);
-    writer_leave(c);
+    tx_abort_locked(c);
+    tx_writer_leave(c);
     return 0;
 }
 
 int qs_in_transaction(qs_casket *c)
 {
-    return c && i_own(c) && c->explicit_txn;
+    return c && cs_owns(c) && c->explicit_txn;
 }
 
 void qs_set_sync(qs_casket *c, int on)
@@ -629,29 +634,27 @@ void qs_set_sync(qs_casket *c, int on)
 
 /* Results that refuse an operation without touching anything: they do not
  * spoil the transaction the operation ran in. */
-static int refused(int rc)
+int tx_refused(int rc)
 {
     return rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
            rc == QS_NOTRESERVED || rc == QS_RESFULL;
 }
 
-typedef cs_write_fn write_fn;
-
 /* Runs fn in the writer's view: inside this thread's transaction, or as a
  * transaction of its own. */
-static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
+int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
 {
     if (c->readonly)
         return QS_READONLY;
-    int own = i_own(c);
+    int own = cs_owns(c);
     if (own && c->txn_error)
         return c->txn_error;
     if (!own) {
-        int rc = writer_enter_opt(c, wait, c->lock_timeout);
+        int rc = tx_writer_enter_opt(c, wait, c->lock_timeout);
         if (rc)
             return rc;
-        if ((rc = heal(c)) != 0) {
-            writer_leave(c);
+        if ((rc = tx_heal(c)) != 0) {
+            tx_writer_leave(c);
             return rc;
         }
     }
@@ -663,14 +666,14 @@ static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
     c->version++;
     int trc = pg_trim(&c->pg, 1);
     pthread_mutex_unlock(&c->mu);
-    int refusal = refused(rc);
+    int refusal = tx_refused(rc);
     if (rc == 0 && trc)
         rc = trc;
     if (!own) {
         if (rc == 0)
             return commit_and_leave(c);
-        abort_locked(c);
-        writer_leave(c);
+        tx_abort_locked(c);
+        tx_writer_leave(c);
         return rc;
     }
     if (rc && !refusal)
@@ -678,14 +681,14 @@ static int write_core(qs_casket *c, write_fn fn, void *arg, int wait)
     return rc;
 }
 
-static int write_op(qs_casket *c, write_fn fn, void *arg)
+int cs_write(qs_casket *c, cs_write_fn fn, void *arg)
 {
-    if (i_own(c) && c->pend_n) {
-        int rc = flush_pending(c);
+    if (cs_owns(c) && c->pend_n) {
+        int rc = rec_flush_pending(c);
         if (rc)
             return rc;
     }
-    return write_core(c, fn, arg, 1);
+    return tx_write_core(c, fn, arg, 1);
 }
 
 /* ---- grouped commits ----------------------------------------------------------
@@ -709,7 +712,7 @@ static int write_op(qs_casket *c, write_fn fn, void *arg)
 #endif
 
 typedef struct group_req {
-    write_fn fn;
+    cs_write_fn fn;
     void *arg;
     int rc;
     int lead;           /* it is this request's turn to lead */
@@ -741,7 +744,7 @@ static int apply_group(qs_casket *c, group_req *batch)
             int trc = pg_trim(&c->pg, 1);
             if (r->rc == 0 && trc)
                 r->rc = trc;
-            if (r->rc && !refused(r->rc)) {
+            if (r->rc && !tx_refused(r->rc)) {
                 spoiler = r;
                 break;
             }
@@ -751,7 +754,7 @@ static int apply_group(qs_casket *c, group_req *batch)
             return live;
         spoiler->spoiled = 1;
         pthread_mutex_unlock(&c->mu);
-        abort_locked(c);
+        tx_abort_locked(c);
         pthread_mutex_lock(&c->mu);
     }
 }
@@ -810,9 +813,9 @@ static int lead_group(qs_casket *c, group_req *me)
     if (sync)
         gather(c, me);
     double left = me->deadline - cs_now();
-    int rc = writer_enter_opt(c, 1, left > 0 ? left : 0);
-    if (rc == 0 && (rc = heal(c)) != 0)
-        writer_leave(c);
+    int rc = tx_writer_enter_opt(c, 1, left > 0 ? left : 0);
+    if (rc == 0 && (rc = tx_heal(c)) != 0)
+        tx_writer_leave(c);
     /* Take the queue as it is now (me first); later arrivals form the
      * next group.  When the lock could not be had, only I give up: the
      * next in line tries with its own deadline. */
@@ -836,16 +839,16 @@ static int lead_group(qs_casket *c, group_req *me)
         int live = apply_group(c, batch);
         pthread_mutex_unlock(&c->mu);
         if (live)
-            crc = commit_release(c, &lsn);
+            crc = tx_commit_release(c, &lsn);
         else {
-            abort_locked(c);
-            writer_leave(c);
+            tx_abort_locked(c);
+            tx_writer_leave(c);
         }
     } else
         me->rc = rc;
 
     if (crc == 0 && lsn)
-        crc = group_sync(c, lsn);
+        crc = tx_group_sync(c, lsn);
     pass_lead(c);
     for (group_req *r = batch, *next; r; r = next) {
         next = r->next;
@@ -861,14 +864,14 @@ static int lead_group(qs_casket *c, group_req *me)
     return me->rc;
 }
 
-/* write_op for record operations: grouped with other threads' when run
+/* cs_write for record operations: grouped with other threads' when run
  * outside a transaction. */
-static int write_grouped(qs_casket *c, write_fn fn, void *arg)
+int gc_write(qs_casket *c, cs_write_fn fn, void *arg)
 {
     if (c->readonly)
         return QS_READONLY;
-    if (i_own(c))
-        return write_op(c, fn, arg);
+    if (cs_owns(c))
+        return cs_write(c, fn, arg);
     group_req me = {.fn = fn, .arg = arg, .deadline = cs_now() + c->lock_timeout};
     pthread_cond_init(&me.cv, NULL);
     pthread_mutex_lock(&c->gmu);
@@ -893,7 +896,7 @@ static int write_grouped(qs_casket *c, write_fn fn, void *arg)
 /* ---- open and close ------------------------------------------------------- */
 
 /* The handle's mutexes and conditions (set up once its pager opened). */
-static void destroy_sync(qs_casket *c)
+void cs_destroy_sync(qs_casket *c)
 {
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->wmu);
@@ -904,7 +907,7 @@ static void destroy_sync(qs_casket *c)
     pthread_cond_destroy(&c->scond);
 }
 
-static void casket_free(qs_casket *c)
+void cs_free(qs_casket *c)
 {
     if (c->shared) {
         if (forked(c))
@@ -936,8 +939,6 @@ static char *log_path_of(const char *path)
     return lp;
 }
 
-static int open_casket(const char *path, const qs_options *opts, int shared, qs_casket **out);
-
 /* Why the last qs_open of this thread failed, when it knows more than the
  * return code (qs_open_detail). */
 static __thread char open_detail[320];
@@ -950,13 +951,13 @@ const char *qs_open_detail(void)
 int qs_open(const char *path, const qs_options *opts, qs_casket **out)
 {
     open_detail[0] = 0;
-    locked_by = (qs_lock_holder){0, 0, 0};  /* an open's QS_LOCKED names nobody */
-    return open_casket(path, opts, 1, out);
+    tx_locked_by_nobody();  /* an open's QS_LOCKED names nobody */
+    return cs_open(path, opts, 1, out);
 }
 
 /* shared 0: a private casket no other handle may open (compaction's
  * scratch file), with no region beside it. */
-static int open_casket(const char *path, const qs_options *opts, int shared, qs_casket **out)
+int cs_open(const char *path, const qs_options *opts, int shared, qs_casket **out)
 {
     qs_options o;
     if (out)
@@ -1106,7 +1107,7 @@ static int open_casket(const char *path, const qs_options *opts, int shared, qs_
     }
     if (rc) {
         pg_close(&c->pg);
-        destroy_sync(c);
+        cs_destroy_sync(c);
         goto fail;
     }
     free(lp);
@@ -1130,7 +1131,7 @@ fail:
         sh_discard(&c->sh, sp);
     free(lp);
     free(sp);
-    casket_free(c);
+    cs_free(c);
     return rc;
 }
 
@@ -1161,10 +1162,10 @@ int qs_shutdown(qs_casket *c)
     c->wbusy = 1;
     pthread_mutex_unlock(&c->wmu);
     if (busy && c->pg.in_txn)
-        abort_locked(c);
+        tx_abort_locked(c);
     int rc = 0, locked = !c->shared || busy;
     if (!locked && !c->readonly)
-        locked = process_lock(c, c->lock_timeout) == 0;
+        locked = tx_process_lock(c, c->lock_timeout) == 0;
     if (locked) {
         /* Our reservations go back to their queues; and the last handle
          * leaves the log one page long. */
@@ -1173,7 +1174,7 @@ int qs_shutdown(qs_casket *c)
         uint64_t keep = !c->shared || sh_exclusive(&c->sh) == 0
                             ? PG_SIZE : c->checkpoint_bytes + (1u << 20);
         if (!c->readonly)
-            rc = checkpoint_locked(c, keep);
+            rc = tx_checkpoint(c, keep);
         if (rc == QS_LOCKED)
             rc = 0;     /* others are still reading: they checkpoint later */
         if (c->shared)
@@ -1199,16 +1200,16 @@ int qs_close(qs_casket *c)
     if (forked(c)) {
         /* The parent owns the locks and the shared state this copy
          * inherited, and its threads' mutexes may have been held at the
-         * fork: release our descriptors and memory (casket_free only
+         * fork: release our descriptors and memory (cs_free only
          * unmaps the region), touch nothing else. */
         if (!atomic_load(&c->closed))
             pg_close(&c->pg);   /* a shut-down handle's pager is gone */
-        casket_free(c);
+        cs_free(c);
         return 0;
     }
     int rc = qs_shutdown(c);
-    destroy_sync(c);
-    casket_free(c);
+    cs_destroy_sync(c);
+    cs_free(c);
     return rc;
 }
 
@@ -1225,7 +1226,7 @@ typedef struct rec_args {
     const uint64_t *koff, *voff;
 } rec_args;
 
-static int check_kv(const void *key, size_t klen, const void *val, size_t vlen)
+int rec_check_kv(const void *key, size_t klen, const void *val, size_t vlen)
 {
     if ((!key && klen) || (!val && vlen))
         return QS_INVAL;
@@ -1427,30 +1428,30 @@ static int out_fn(qs_casket *c, bt_ctx *bt, void *arg)
 
 static int do_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return rc ? rc : write_grouped(c, put_fn, &a);
+    return rc ? rc : gc_write(c, put_fn, &a);
 }
 
 static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return rc ? rc : write_grouped(c, putkeep_fn, &a);
+    return rc ? rc : gc_write(c, putkeep_fn, &a);
 }
 
 #define PEND_MAX_RECORDS (256u << 10)
 #define PEND_MAX_BYTES (32u << 20)
 
 /* Applies the buffered putdups of the caller's transaction, in key order. */
-static int flush_pending(qs_casket *c)
+int rec_flush_pending(qs_casket *c)
 {
     if (c->pend_n == 0)
         return 0;
     rec_args a = {.n = c->pend_n, .keys = c->pend_keys.data, .vals = c->pend_vals.data,
                   .koff = c->pend_koff, .voff = c->pend_voff};
-    int rc = write_core(c, putdup_many_fn, &a, 1);
-    drop_pending(c);
+    int rc = tx_write_core(c, putdup_many_fn, &a, 1);
+    rec_drop_pending(c);
     return rc;
 }
 
@@ -1485,22 +1486,22 @@ static int pend_add(qs_casket *c, const void *key, size_t klen, const void *val,
     c->pend_koff[c->pend_n] = c->pend_keys.len;
     c->pend_voff[c->pend_n] = c->pend_vals.len;
     if (c->pend_n >= PEND_MAX_RECORDS || c->pend_keys.len + c->pend_vals.len >= PEND_MAX_BYTES)
-        return flush_pending(c);
+        return rec_flush_pending(c);
     return 0;
 }
 
-static int do_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
     if (rc)
         return rc;
-    if (!c->readonly && i_own(c) && c->explicit_txn) {
+    if (!c->readonly && cs_owns(c) && c->explicit_txn) {
         if (c->txn_error)
             return c->txn_error;
         return pend_add(c, key, klen, val, vlen);
     }
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
-    return write_grouped(c, putdup_fn, &a);
+    return gc_write(c, putdup_fn, &a);
 }
 
 static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
@@ -1511,42 +1512,42 @@ static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64
     for (size_t i = 0; i < n; i++) {
         if (koff[i + 1] < koff[i] || voff[i + 1] < voff[i])
             return QS_INVAL;
-        int rc = check_kv(keys, koff[i + 1] - koff[i], vals, voff[i + 1] - voff[i]);
+        int rc = rec_check_kv(keys, koff[i + 1] - koff[i], vals, voff[i + 1] - voff[i]);
         if (rc)
             return rc;
     }
     if (n == 0)
         return c->readonly ? QS_READONLY : 0;
     rec_args a = {.n = n, .keys = keys, .vals = vals, .koff = koff, .voff = voff};
-    return write_grouped(c, putdup_many_fn, &a);
+    return gc_write(c, putdup_many_fn, &a);
 }
 
 static int do_out(qs_casket *c, const void *key, size_t klen)
 {
-    int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
+    int rc = c ? rec_check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
-    return rc ? rc : write_grouped(c, out_fn, &a);
+    return rc ? rc : gc_write(c, out_fn, &a);
 }
 
 static int do_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
 {
-    int rc = c ? check_kv(key, klen, NULL, 0) : QS_INVAL;
+    int rc = c ? rec_check_kv(key, klen, NULL, 0) : QS_INVAL;
     rec_args a = {.key = key, .klen = klen};
     if (rc == 0)
-        rc = write_grouped(c, outlist_fn, &a);
+        rc = gc_write(c, outlist_fn, &a);
     if (removed)
         *removed = rc == 0 ? a.count : 0;
     return rc;
 }
 
 /* Read operations run in the caller's view under the operation mutex. */
-static int read_enter(qs_casket *c, bt_ctx *bt)
+int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
 {
     bt->p = &c->pg;
-    bt->wview = i_own(c);
-    bt->ns = NS_USER;
+    bt->wview = cs_owns(c);
+    bt->ns = ns;
     if (bt->wview && c->pend_n) {
-        int rc = flush_pending(c);
+        int rc = rec_flush_pending(c);
         if (rc)
             return rc;
     }
@@ -1555,38 +1556,25 @@ static int read_enter(qs_casket *c, bt_ctx *bt)
 
 #define READ_ENTER(c, bt)                                                                 \
     do {                                                                                  \
-        int enter_rc_ = read_enter((c), (bt));                                            \
+        int enter_rc_ = cs_read_enter((c), (bt), NS_USER);                                \
         if (enter_rc_)                                                                    \
             return enter_rc_;                                                             \
     } while (0)
 
-static void read_leave(qs_casket *c, bt_ctx *bt)
+void cs_read_leave(qs_casket *c, bt_ctx *bt)
 {
     pg_trim(&c->pg, bt->wview);
     cs_view_unlock(c);
 }
 
-int cs_write(qs_casket *c, cs_write_fn fn, void *arg) { return write_op(c, fn, arg); }
-
 int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)
 {
-    if (i_own(c))
-        return write_op(c, fn, arg);
-    return write_core(c, fn, arg, 0);
+    if (cs_owns(c))
+        return cs_write(c, fn, arg);
+    return tx_write_core(c, fn, arg, 0);
 }
 
-int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
-{
-    int rc = read_enter(c, bt);
-    bt->ns = ns;
-    return rc;
-}
-
-void cs_read_leave(qs_casket *c, bt_ctx *bt) { read_leave(c, bt); }
-
-int cs_owns(qs_casket *c) { return i_own(c); }
-
-int cs_in_txn(qs_casket *c) { return i_own(c) && c->explicit_txn; }
+int cs_in_txn(qs_casket *c) { return cs_owns(c) && c->explicit_txn; }
 
 static int find_first(bt_ctx *bt, const void *key, size_t klen, bt_path *path)
 {
@@ -1603,7 +1591,7 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
         return QS_INVAL;
     *val = NULL;
     *vlen = 0;
-    int rc = check_kv(key, klen, NULL, 0);
+    int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
     bt_ctx bt;
@@ -1613,7 +1601,7 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
     rc = find_first(&bt, key, klen, &path);
     if (rc == 0)
         rc = bt_read(&bt, &path, NULL, &out, 0, NULL);
-    read_leave(c, &bt);
+    cs_read_leave(c, &bt);
     if (rc) {
         free(out.data);
         return rc;
@@ -1633,7 +1621,7 @@ static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, si
     *outp = NULL;
     *outlen = 0;
     *count = 0;
-    int rc = check_kv(key, klen, NULL, 0);
+    int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
     bt_ctx bt;
@@ -1651,7 +1639,7 @@ static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, si
         n++;
         rc = bt_next(&bt, &path);
     }
-    read_leave(c, &bt);
+    cs_read_leave(c, &bt);
     if (rc && rc != QS_NOTFOUND) {
         free(out.data);
         return rc;
@@ -1667,7 +1655,7 @@ static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
     if (!c || !count)
         return QS_INVAL;
     *count = 0;
-    int rc = check_kv(key, klen, NULL, 0);
+    int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
     bt_ctx bt;
@@ -1677,7 +1665,7 @@ static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
     rc = bt_rank(&bt, &a, &lo);
     if (rc == 0)
         rc = bt_rank(&bt, &b, &hi);
-    read_leave(c, &bt);
+    cs_read_leave(c, &bt);
     if (rc == 0)
         *count = hi - lo;
     return rc;
@@ -1690,7 +1678,7 @@ static int do_records(qs_casket *c, uint64_t *count)
     bt_ctx bt;
     READ_ENTER(c, &bt);
     int rc = bt_total(&bt, count);
-    read_leave(c, &bt);
+    cs_read_leave(c, &bt);
     return rc;
 }
 
@@ -1702,14 +1690,14 @@ static int do_sync(qs_casket *c)
         return QS_INVAL;
     if (c->readonly)
         return 0;
-    if (i_own(c))
+    if (cs_owns(c))
         return QS_TXN;
-    int rc = writer_enter(c);
+    int rc = tx_writer_enter(c);
     if (rc)
         return rc;
-    if ((rc = heal(c)) == 0)
-        rc = checkpoint_locked(c, c->checkpoint_bytes + (1u << 20));
-    writer_leave(c);
+    if ((rc = tx_heal(c)) == 0)
+        rc = tx_checkpoint(c, c->checkpoint_bytes + (1u << 20));
+    tx_writer_leave(c);
     return rc;
 }
 
@@ -1770,17 +1758,17 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
         msgcap = sizeof dummy;
     }
     msg[0] = 0;
-    if (i_own(c))
+    if (cs_owns(c))
         return QS_TXN;
     if (!c->readonly) {
-        int wrc = writer_enter(c);
+        int wrc = tx_writer_enter(c);
         if (wrc)
             return wrc;
     }
     int vrc = cs_view_lock(c);
     if (vrc) {
         if (!c->readonly)
-            writer_leave(c);
+            tx_writer_leave(c);
         return vrc;
     }
     pager *p = &c->pg;
@@ -1811,7 +1799,7 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
     pg_trim(p, 0);
     cs_view_unlock(c);
     if (!c->readonly)
-        writer_leave(c);
+        tx_writer_leave(c);
     return rc;
 }
 
@@ -1913,7 +1901,7 @@ static int scratch_open(const char *path, unsigned perm, qs_casket **out)
     o.perm = perm;
     o.sync = 0;
     o.lock_timeout = 0;
-    return open_casket(path, &o, 0, out);
+    return cs_open(path, &o, 0, out);
 }
 
 /* Ends the scratch casket's transaction: commits it when rc is 0 (else
@@ -1930,9 +1918,9 @@ static int scratch_finish(qs_casket *t, int rc)
     }
     if (t->pg.in_txn)
         pg_abort(&t->pg);
-    if (rc == 0 && (rc = writer_enter(t)) == 0) {
-        rc = checkpoint_locked(t, PG_SIZE);
-        writer_leave(t);
+    if (rc == 0 && (rc = tx_writer_enter(t)) == 0) {
+        rc = tx_checkpoint(t, PG_SIZE);
+        tx_writer_leave(t);
     }
     if (rc == 0 && os_fullsync(t->fd) != 0)
         rc = errno;
@@ -1943,8 +1931,8 @@ static void scratch_free(qs_casket *t)
 {
     if (t) {
         pg_close(&t->pg);
-        destroy_sync(t);
-        casket_free(t);
+        cs_destroy_sync(t);
+        cs_free(t);
     }
 }
 
@@ -1967,14 +1955,14 @@ static int do_compact(qs_casket *c)
         return QS_INVAL;
     if (c->readonly)
         return QS_READONLY;
-    if (i_own(c))
+    if (cs_owns(c))
         return QS_TXN;
-    int rc = writer_enter(c);
+    int rc = tx_writer_enter(c);
     if (rc)
         return rc;
     /* The main file is replaced: nobody else may have it open. */
     if (c->shared && (rc = sh_exclusive(&c->sh)) != 0) {
-        writer_leave(c);
+        tx_writer_leave(c);
         return rc;
     }
     size_t n = strlen(c->path);
@@ -1983,12 +1971,12 @@ static int do_compact(qs_casket *c)
     if (!tmp || !tmplog) {
         free(tmp);
         free(tmplog);
-        writer_leave(c);
+        tx_writer_leave(c);
         return QS_NOMEM;
     }
     snprintf(tmp, n + 16, "%s-compact", c->path);
     snprintf(tmplog, n + 32, "%s-compact%s", c->path, LOG_SUFFIX);
-    if ((rc = heal(c)) != 0 || (rc = checkpoint_locked(c, PG_SIZE)) != 0)
+    if ((rc = tx_heal(c)) != 0 || (rc = tx_checkpoint(c, PG_SIZE)) != 0)
         goto out;
     /* The compacted file replaces the main file: it keeps its bits exactly
      * (the umask applied at its creation, not now). */
@@ -2047,7 +2035,7 @@ static int do_compact(qs_casket *c)
         c->fd = newfd;
         c->version++;
         qq_invalidate(c);
-        publish_shared(c);
+        tx_publish(c);
     } else {
         /* Our pager still points at the replaced file: writing there would
          * be lost, so refuse writes; reads see the last commit. */
@@ -2067,7 +2055,7 @@ out:
     free(tmplog);
     if (c->shared)
         sh_share(&c->sh);
-    writer_leave(c);
+    tx_writer_leave(c);
     return rc;
 }
 
@@ -2087,7 +2075,7 @@ static int do_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache
     o.cache_bytes = cache_bytes;
     o.checkpoint_bytes = c->checkpoint_bytes;
     qs_casket *s;
-    int rc = open_casket(c->path, &o, 1, &s);
+    int rc = cs_open(c->path, &o, 1, &s);
     if (rc)
         return rc;
     /* The newest commit, pinned inside the checkpoint guard: a checkpoint
@@ -2222,7 +2210,7 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     st->syncs = c->pg.log.syncs;
     st->checkpoints = c->pg.checkpoints;
     st->spilled_pages = c->pg.spilled;
-    read_leave(c, &bt);
+    cs_read_leave(c, &bt);
     st->open_cursors = atomic_load(&c->open_cursors);
     struct stat fs;
     if (fstat(c->fd, &fs) == 0)
@@ -2311,7 +2299,7 @@ static int do_cursor_first(qs_cursor *cur)
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_first(&bt, &cur->path));
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     return rc;
 }
 
@@ -2322,7 +2310,7 @@ static int do_cursor_last(qs_cursor *cur)
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_last(&bt, &cur->path));
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     return rc;
 }
 
@@ -2330,14 +2318,14 @@ static int do_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
 {
     if (!cur)
         return QS_INVAL;
-    int rc = check_kv(key, klen, NULL, 0);
+    int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
     bt_ctx bt;
     bt_key pk = {key, (uint32_t)klen, 0};
     READ_ENTER(cur->c, &bt);
     rc = cur_settle(cur, &bt, bt_seek_ge(&bt, &pk, &cur->path));
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     return rc;
 }
 
@@ -2369,7 +2357,7 @@ static int do_cursor_next(qs_cursor *cur)
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 0);
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     return rc;
 }
 
@@ -2380,7 +2368,7 @@ static int do_cursor_prev(qs_cursor *cur)
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 1);
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     return rc;
 }
 
@@ -2403,7 +2391,7 @@ static int do_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, s
         rc = QS_NOTFOUND;
     if (rc == 0)
         rc = bt_read(&bt, &cur->path, key ? &k : NULL, val ? &v : NULL, 0, NULL);
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     if (rc == 0 && key && !k.data && !(k.data = malloc(1)))
         rc = QS_NOMEM;
     if (rc == 0 && val && !v.data && !(v.data = malloc(1)))
@@ -2455,7 +2443,7 @@ static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, 
         if (rc == QS_NOTFOUND)
             rc = 0;  /* ran off the end: the cursor is unpositioned */
     }
-    read_leave(cur->c, &bt);
+    cs_read_leave(cur->c, &bt);
     if (rc) {
         free(out.data);
         return rc;
@@ -2493,9 +2481,9 @@ static int do_cursor_out(qs_cursor *cur)
         return QS_INVAL;
     if (!cur->positioned)
         return QS_NOTFOUND;
-    int rc = write_op(cur->c, cursor_out_fn, cur);
+    int rc = cs_write(cur->c, cursor_out_fn, cur);
     if (rc == 0) {
-        /* write_op bumped the version after our settle: re-find by key. */
+        /* cs_write bumped the version after our settle: re-find by key. */
         cur->version = 0;
         return cur->positioned ? 0 : QS_NOTFOUND;
     }
@@ -2509,32 +2497,32 @@ static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const voi
 {
     if (!c || (!qkey && qklen) || (!ids && n))
         return QS_INVAL;
-    int own = i_own(c), rc = 0;
-    if (!own && (rc = do_begin(c)) != 0)
+    int own = cs_owns(c), rc = 0;
+    if (!own && (rc = tx_begin(c)) != 0)
         return rc;
     const uint8_t *id = ids;
     for (size_t i = 0; i < n && rc == 0; i++, id += idlen) {
-        rc = do_putdup(c, qkey, qklen, id, idlen);
+        rc = rec_putdup(c, qkey, qklen, id, idlen);
         if (rc == 0)
-            rc = do_putdup(c, id, idlen, id, idlen);
+            rc = rec_putdup(c, id, idlen, id, idlen);
     }
     if (own)
         return rc;
     if (rc) {
-        do_abort(c);
+        tx_abort(c);
         return rc;
     }
-    return do_commit(c);
+    return tx_commit(c);
 }
 
 /* ---- public entry points: counted calls ----------------------------------- */
 
-COUNTED(qs_begin, (qs_casket *c), c, c, do_begin, (c))
-COUNTED(qs_commit, (qs_casket *c), c, c, do_commit, (c))
-COUNTED(qs_abort, (qs_casket *c), c, c, do_abort, (c))
+COUNTED(qs_begin, (qs_casket *c), c, c, tx_begin, (c))
+COUNTED(qs_commit, (qs_casket *c), c, c, tx_commit, (c))
+COUNTED(qs_abort, (qs_casket *c), c, c, tx_abort, (c))
 COUNTED(qs_put, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_put, (c, key, klen, val, vlen))
 COUNTED(qs_putkeep, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_putkeep, (c, key, klen, val, vlen))
-COUNTED(qs_putdup, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_putdup, (c, key, klen, val, vlen))
+COUNTED(qs_putdup, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, rec_putdup, (c, key, klen, val, vlen))
 COUNTED(qs_putdup_many, (qs_casket *c, size_t n, const void *keys, const uint64_t *koff, const void *vals, const uint64_t *voff), c, c, do_putdup_many, (c, n, keys, koff, vals, voff))
 COUNTED(qs_out, (qs_casket *c, const void *key, size_t klen), c, c, do_out, (c, key, klen))
 COUNTED(qs_outlist, (qs_casket *c, const void *key, size_t klen, uint64_t *removed), c, c, do_outlist, (c, key, klen, removed))

@@ -88,6 +88,19 @@ struct qs_cursor {
     uint64_t seq;
 };
 
+#define LOG_SUFFIX "-log"
+#define SHM_SUFFIX "-shm"
+
+/* Opens a handle (qs_open; shared 0: a private casket with no region, for
+ * compaction's scratch file); cs_destroy_sync and cs_free undo it once its
+ * pager is closed. */
+int cs_open(const char *path, const qs_options *opts, int shared, qs_casket **out);
+void cs_destroy_sync(qs_casket *c);
+void cs_free(qs_casket *c);
+
+/* Bumped in the child of every fork (see cs_enter_call). */
+unsigned cs_fork_generation(void);
+
 
 /* Runs fn in the writer's view (bt is the user namespace; fn may build a
  * context for another namespace over bt->p): inside the calling thread's
