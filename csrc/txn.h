@@ -53,6 +53,15 @@ int tx_begin(qs_casket *c);
 int tx_commit(qs_casket *c);
 int tx_abort(qs_casket *c);
 
+/* cs_read_enter for the user namespace that returns its error from the
+ * calling function. */
+#define READ_ENTER(c, bt)                                                                 \
+    do {                                                                                  \
+        int enter_rc_ = cs_read_enter((c), (bt), NS_USER);                                \
+        if (enter_rc_)                                                                    \
+            return enter_rc_;                                                             \
+    } while (0)
+
 /* Clears the calling thread's qs_locked_by (an open names nobody). */
 void tx_locked_by_nobody(void);
 
