@@ -7,7 +7,7 @@
  * call of every file enters and leaves through cs_enter_call. */
 #include "casket.h"
 #include "osdep.h"
-#include "queue.h"
+#include "records.h"
 #include "txn.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -103,11 +103,7 @@ void cs_free(qs_casket *c)
         else
             sh_close(&c->sh);
     }
-    qq_free(c);
-    free(c->pend_keys.data);
-    free(c->pend_vals.data);
-    free(c->pend_koff);
-    free(c->pend_voff);
+    tx_layers_call(c, TX_FREE);
     if (c->log_fd >= 0)
         close(c->log_fd);
     if (c->fd >= 0)
@@ -164,6 +160,7 @@ int cs_open(const char *path, const qs_options *opts, int shared, qs_casket **ou
     if (!c)
         return QS_NOMEM;
     c->fd = c->log_fd = -1;
+    rec_attach(c);  /* the records' buffered putdups (cs_layer) */
     c->fork_gen = atomic_load(&fork_generation);
     c->lock_timeout = o.lock_timeout;
     c->perm = o.perm;
@@ -337,7 +334,7 @@ int qs_shutdown(qs_casket *c)
     pthread_cond_broadcast(&c->wcond);
     pthread_mutex_unlock(&c->wmu);
     pthread_mutex_lock(&c->mu);
-    qq_wake_all(c);
+    tx_layers_call(c, TX_WAKE);
     pthread_mutex_unlock(&c->mu);
     while (atomic_load(&c->calls) > 0) {
         struct timespec ts = {0, 100000};
@@ -355,10 +352,11 @@ int qs_shutdown(qs_casket *c)
     if (!locked && !c->readonly)
         locked = tx_process_lock(c, c->lock_timeout) == 0;
     if (locked) {
-        /* Our reservations go back to their queues; and the last handle
+        /* The layers let go of what the handle holds in the region (our
+         * queue reservations go back to their queues); and the last handle
          * leaves the log one page long. */
         if (c->shared)
-            qq_close(c);
+            tx_layers_call(c, TX_CLOSE);
         uint64_t keep = !c->shared || sh_exclusive(&c->sh) == 0
                             ? PG_SIZE : c->checkpoint_bytes + (1u << 20);
         if (!c->readonly)

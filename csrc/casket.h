@@ -12,7 +12,39 @@
 #define NS_USER 0       /* the record API's namespace */
 #define NS_QUEUE 1      /* queue items, shared payloads and their counts */
 
-struct qq_registry;
+/* A layer above the transaction layer that keeps state of its own per
+ * handle (the records' buffered putdups, the queue registry) registers
+ * these with cs_layer_add; the transaction layer calls them back, the way
+ * SQLite's pager calls its xReiniter, so it never calls up by name.  Any
+ * may be NULL.  Each gets the handle and the state given at registration. */
+typedef struct cs_layer {
+    /* Applies work buffered for the calling thread's transaction (it holds
+     * the write lock; the operation mutex is not held): called before that
+     * transaction commits and before it reads or writes, once the layer
+     * said so with cs_flush_due.  0 or the error, which spoils the
+     * transaction if it is not a refusal. */
+    int (*flush)(qs_casket *c, void *state);
+    /* The writer's transaction ended: committed 1, aborted 0 (mu held). */
+    void (*txn_end)(qs_casket *c, void *state, int committed);
+    /* Other handles committed: what was counted in the committed view is
+     * stale (mu held). */
+    void (*refresh)(qs_casket *c, void *state);
+    /* The pages changed wholesale: compaction (mu held). */
+    void (*invalidate)(qs_casket *c, void *state);
+    /* The handle is closing, holding the write lock, with a region. */
+    void (*close)(qs_casket *c, void *state);
+    /* The handle is closing: wake every caller blocked in the layer, who
+     * then returns QS_CLOSED (mu held). */
+    void (*wake)(qs_casket *c, void *state);
+    /* Releases the state (no call is running). */
+    void (*free)(qs_casket *c, void *state);
+    /* Whether rc, returned by one of the layer's cs_write functions,
+     * refuses the operation without touching anything: such a result does
+     * not spoil the transaction it ran in, nor a group commit. */
+    int (*refused)(int rc);
+} cs_layer;
+
+#define CS_LAYERS 2     /* records, queues */
 
 struct qs_casket {
     char *path;
@@ -56,8 +88,13 @@ struct qs_casket {
     uint64_t *pend_koff, *pend_voff;
     size_t pend_n, pend_cap;
     uint64_t checkpoint_bytes;
-    /* the queue layer's in-memory state (queue.c), guarded by mu */
-    struct qq_registry *queues;
+    /* the layers registered with cs_layer_add, in order; flush_due: one
+     * of them has work buffered for the open transaction */
+    struct {
+        const cs_layer *ops;
+        void *state;
+    } layers[CS_LAYERS];
+    int nlayers, flush_due;
     /* other processes (shm.c): shared is 0 only for compaction's private
      * scratch casket */
     int shared;
@@ -130,6 +167,19 @@ int cs_in_txn(qs_casket *c);
  * (held) or the error of catching up (not held). */
 int cs_view_lock(qs_casket *c);
 void cs_view_unlock(qs_casket *c);
+
+/* Registers layer ops with state (mu held, or before the handle is
+ * shared between threads); the callbacks run in registration order.
+ * QS_INVAL when CS_LAYERS are registered already. */
+int cs_layer_add(qs_casket *c, const cs_layer *ops, void *state);
+
+/* The state registered with ops, NULL if ops is not registered. */
+void *cs_layer_state(qs_casket *c, const cs_layer *ops);
+
+/* The calling thread's transaction has work buffered in a layer: its flush
+ * runs before the transaction's next read or write and before commit.
+ * Once per batch is enough (it stays due until the flush). */
+void cs_flush_due(qs_casket *c);
 
 /* Monotonic clock, seconds. */
 double cs_now(void);

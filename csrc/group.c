@@ -63,7 +63,7 @@ static int apply_group(qs_casket *c, group_req *batch)
             int trc = pg_trim(&c->pg, 1);
             if (r->rc == 0 && trc)
                 r->rc = trc;
-            if (r->rc && !tx_refused(r->rc)) {
+            if (r->rc && !tx_refused(c, r->rc)) {
                 spoiler = r;
                 break;
             }

@@ -6,7 +6,6 @@
  * transaction layer. */
 #include "casket.h"
 #include "osdep.h"
-#include "queue.h"
 #include "txn.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -372,7 +371,7 @@ static int do_compact(qs_casket *c)
         c->pg = fresh;
         c->fd = newfd;
         c->version++;
-        qq_invalidate(c);
+        tx_layers_call(c, TX_INVALIDATE);
         tx_publish(c);
     } else {
         /* Our pager still points at the replaced file: writing there would

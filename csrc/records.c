@@ -236,7 +236,7 @@ static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *va
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : gc_write(c, putkeep_fn, &a);
 }
-void rec_drop_pending(qs_casket *c)
+static void rec_drop_pending(qs_casket *c)
 {
     c->pend_n = 0;
     c->pend_keys.len = c->pend_vals.len = 0;
@@ -247,7 +247,7 @@ void rec_drop_pending(qs_casket *c)
 #define PEND_MAX_BYTES (32u << 20)
 
 /* Applies the buffered putdups of the caller's transaction, in key order. */
-int rec_flush_pending(qs_casket *c)
+static int rec_flush_pending(qs_casket *c)
 {
     if (c->pend_n == 0)
         return 0;
@@ -277,8 +277,10 @@ static int pend_add(qs_casket *c, const void *key, size_t klen, const void *val,
     }
     if (bt_buf_reserve(&c->pend_keys, klen + 1) || bt_buf_reserve(&c->pend_vals, vlen + 1))
         return QS_NOMEM;
-    if (c->pend_n == 0)
+    if (c->pend_n == 0) {
         c->pend_koff[0] = c->pend_voff[0] = 0;
+        cs_flush_due(c);
+    }
     if (klen)
         memcpy(c->pend_keys.data + c->pend_keys.len, key, klen);
     if (vlen)
@@ -291,6 +293,49 @@ static int pend_add(qs_casket *c, const void *key, size_t klen, const void *val,
     if (c->pend_n >= PEND_MAX_RECORDS || c->pend_keys.len + c->pend_vals.len >= PEND_MAX_BYTES)
         return rec_flush_pending(c);
     return 0;
+}
+
+/* The records' layer (cs_layer): the transaction layer applies the
+ * buffered putdups before anything reads or writes in the writer's view
+ * and at commit, and forgets them when the transaction ends. */
+static int pending_flush(qs_casket *c, void *state)
+{
+    (void)state;
+    return rec_flush_pending(c);
+}
+
+static void pending_end(qs_casket *c, void *state, int committed)
+{
+    (void)state;
+    (void)committed;
+    rec_drop_pending(c);
+}
+
+static void pending_free(qs_casket *c, void *state)
+{
+    (void)state;
+    free(c->pend_keys.data);
+    free(c->pend_vals.data);
+    free(c->pend_koff);
+    free(c->pend_voff);
+}
+
+/* The record API's results that refuse without touching the tree. */
+static int rec_refused(int rc)
+{
+    return rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND;
+}
+
+static const cs_layer rec_layer = {
+    .flush = pending_flush,
+    .txn_end = pending_end,
+    .free = pending_free,
+    .refused = rec_refused,
+};
+
+void rec_attach(qs_casket *c)
+{
+    cs_layer_add(c, &rec_layer, NULL);  /* the first layer: cannot fail */
 }
 
 int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)

@@ -10,9 +10,8 @@ int rec_check_kv(const void *key, size_t klen, const void *val, size_t vlen);
 /* qs_putdup without the call accounting. */
 int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen);
 
-/* Applies the putdups the calling thread's transaction buffered / forgets
- * them (its transaction ended). */
-int rec_flush_pending(qs_casket *c);
-void rec_drop_pending(qs_casket *c);
+/* Registers the records' layer with a new handle (cs_layer: its buffered
+ * putdups, the record API's refusals); first of all layers. */
+void rec_attach(qs_casket *c);
 
 #endif

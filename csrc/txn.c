@@ -8,8 +8,6 @@
  * transaction is: the record, cursor and queue layers above only hand it
  * operations to run. */
 #include "casket.h"
-#include "queue.h"
-#include "records.h"
 #include "txn.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -137,7 +135,7 @@ static int catch_up(qs_casket *c)
     }
     c->seen_seq = cm.seq;
     c->version++;
-    qq_refresh(c);
+    tx_layers_call(c, TX_REFRESH);
     return 0;
 }
 
@@ -190,7 +188,7 @@ int tx_process_lock(qs_casket *c, double timeout)
             rc = pg_log_size(&c->pg);
         if (rc == 0 && found) {
             c->version++;
-            qq_refresh(c);
+            tx_layers_call(c, TX_REFRESH);
             tx_publish(c);
         }
         if (rc == 0 && c->pg.log.salt == 0 && !c->readonly) {
@@ -211,6 +209,64 @@ int tx_process_lock(qs_casket *c, double timeout)
     }
     if (rc)
         sh_wunlock(&c->sh);
+    return rc;
+}
+
+/* ---- the layers above (cs_layer) -------------------------------------------- */
+
+int cs_layer_add(qs_casket *c, const cs_layer *ops, void *state)
+{
+    if (c->nlayers == CS_LAYERS)
+        return QS_INVAL;
+    c->layers[c->nlayers].ops = ops;
+    c->layers[c->nlayers].state = state;
+    c->nlayers++;
+    return 0;
+}
+
+void *cs_layer_state(qs_casket *c, const cs_layer *ops)
+{
+    for (int i = 0; i < c->nlayers; i++)
+        if (c->layers[i].ops == ops)
+            return c->layers[i].state;
+    return NULL;
+}
+
+void cs_flush_due(qs_casket *c) { c->flush_due = 1; }
+
+void tx_layers_call(qs_casket *c, tx_event ev)
+{
+    for (int i = 0; i < c->nlayers; i++) {
+        const cs_layer *l = c->layers[i].ops;
+        void (*fn)(qs_casket *, void *) = ev == TX_REFRESH      ? l->refresh
+                                          : ev == TX_INVALIDATE ? l->invalidate
+                                          : ev == TX_CLOSE      ? l->close
+                                          : ev == TX_WAKE       ? l->wake
+                                                                : l->free;
+        if (fn)
+            fn(c, c->layers[i].state);
+    }
+}
+
+/* The writer's transaction ended (mu held): what the layers buffered for
+ * it is applied or gone. */
+static void layers_txn_end(qs_casket *c, int committed)
+{
+    c->flush_due = 0;
+    for (int i = 0; i < c->nlayers; i++)
+        if (c->layers[i].ops->txn_end)
+            c->layers[i].ops->txn_end(c, c->layers[i].state, committed);
+}
+
+/* Applies what the layers buffered for the calling thread's transaction
+ * (write lock held, mu not); the first error. */
+static int flush_layers(qs_casket *c)
+{
+    int rc = 0;
+    c->flush_due = 0;
+    for (int i = 0; i < c->nlayers && rc == 0; i++)
+        if (c->layers[i].ops->flush)
+            rc = c->layers[i].ops->flush(c, c->layers[i].state);
     return rc;
 }
 
@@ -336,10 +392,9 @@ static void writer_release(qs_casket *c)
 
 void tx_abort_locked(qs_casket *c)
 {
-    rec_drop_pending(c);
     pthread_mutex_lock(&c->mu);
     pg_abort(&c->pg);
-    qq_txn_end(c, 0);
+    layers_txn_end(c, 0);
     c->version++;
     pthread_mutex_unlock(&c->mu);
 }
@@ -472,7 +527,7 @@ int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
         tx_publish(c);
     } else
         pg_abort(&c->pg);
-    qq_txn_end(c, 1);
+    layers_txn_end(c, 1);
     c->version++;
     pthread_mutex_unlock(&c->mu);
     uint64_t lsn = c->lsn_base + c->pg.log_end;
@@ -535,7 +590,8 @@ int tx_commit(qs_casket *c)
         return QS_INVAL;
     if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
-    rec_flush_pending(c);  /* a failure is recorded in txn_error */
+    if (c->flush_due)
+        flush_layers(c);  /* a failure is recorded in txn_error */
     if (c->txn_error) {
         int rc = c->txn_error;
         tx_abort_locked(c);
@@ -568,11 +624,16 @@ void qs_set_sync(qs_casket *c, int on)
 }
 
 /* Results that refuse an operation without touching anything: they do not
- * spoil the transaction the operation ran in. */
-int tx_refused(int rc)
+ * spoil the transaction the operation ran in.  The layers that run
+ * operations say which of their results are such (cs_layer.refused). */
+int tx_refused(qs_casket *c, int rc)
 {
-    return rc == QS_TOOBIG || rc == QS_INVAL || rc == QS_KEYEXIST || rc == QS_NOTFOUND ||
-           rc == QS_NOTRESERVED || rc == QS_RESFULL;
+    for (int i = 0; i < c->nlayers; i++) {
+        const cs_layer *l = c->layers[i].ops;
+        if (l->refused && l->refused(rc))
+            return 1;
+    }
+    return 0;
 }
 
 /* Runs fn in the writer's view: inside this thread's transaction, or as a
@@ -601,7 +662,7 @@ int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
     c->version++;
     int trc = pg_trim(&c->pg, 1);
     pthread_mutex_unlock(&c->mu);
-    int refusal = tx_refused(rc);
+    int refusal = rc && tx_refused(c, rc);
     if (rc == 0 && trc)
         rc = trc;
     if (!own) {
@@ -618,8 +679,8 @@ int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
 
 int cs_write(qs_casket *c, cs_write_fn fn, void *arg)
 {
-    if (cs_owns(c) && c->pend_n) {
-        int rc = rec_flush_pending(c);
+    if (cs_owns(c) && c->flush_due) {
+        int rc = flush_layers(c);
         if (rc)
             return rc;
     }
@@ -632,8 +693,8 @@ int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
     bt->p = &c->pg;
     bt->wview = cs_owns(c);
     bt->ns = ns;
-    if (bt->wview && c->pend_n) {
-        int rc = rec_flush_pending(c);
+    if (bt->wview && c->flush_due) {
+        int rc = flush_layers(c);
         if (rc)
             return rc;
     }

@@ -41,8 +41,13 @@ int tx_heal(qs_casket *c);
 void tx_publish(qs_casket *c);
 
 /* Whether rc refuses an operation without touching anything (the
- * transaction it ran in stays good). */
-int tx_refused(int rc);
+ * transaction it ran in stays good): some layer's cs_layer.refused says so. */
+int tx_refused(qs_casket *c, int rc);
+
+/* Calls one of the layers' callbacks (cs_layer) for every layer that has
+ * it, in registration order. */
+typedef enum { TX_REFRESH, TX_INVALIDATE, TX_CLOSE, TX_WAKE, TX_FREE } tx_event;
+void tx_layers_call(qs_casket *c, tx_event ev);
 
 /* Runs fn in the writer's view, waiting for the write lock (wait 1) or not
  * (wait 0); does not apply buffered putdups first (cs_write does). */
