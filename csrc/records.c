@@ -3,6 +3,7 @@
  * the user namespace, and the putdups of an explicit transaction buffered
  * to be applied in key order.  Apart because it is the first layer above
  * the transaction layer: it builds operations and hands them to it. */
+#include "batchsort.h"
 #include "casket.h"
 #include "group.h"
 #include "records.h"
@@ -94,16 +95,11 @@ static int putdup_fn(qs_casket *c, bt_ctx *bt, void *arg)
  * left to right, touching each leaf once while it is hot in the CPU cache
  * (and, for batches larger than the cache budget, spilling each page about
  * once instead of over and over). */
-typedef struct sort_ent {
-    uint64_t prefix;    /* first 8 key bytes, big-endian, zero padded */
-    uint32_t idx;
-} sort_ent;
-
-static int cmp_full(const rec_args *a, const sort_ent *x, const sort_ent *y)
+static int cmp_full(const uint8_t *keys, const uint64_t *koff, const bs_ent *x, const bs_ent *y)
 {
-    size_t xl = a->koff[x->idx + 1] - a->koff[x->idx], yl = a->koff[y->idx + 1] - a->koff[y->idx];
+    size_t xl = koff[x->idx + 1] - koff[x->idx], yl = koff[y->idx + 1] - koff[y->idx];
     size_t n = xl < yl ? xl : yl;
-    int r = n ? memcmp(a->keys + a->koff[x->idx], a->keys + a->koff[y->idx], n) : 0;
+    int r = n ? memcmp(keys + koff[x->idx], keys + koff[y->idx], n) : 0;
     if (r == 0 && xl != yl)
         r = xl < yl ? -1 : 1;
     if (r == 0)
@@ -111,29 +107,29 @@ static int cmp_full(const rec_args *a, const sort_ent *x, const sort_ent *y)
     return r;
 }
 
-static void merge_sort(const rec_args *a, sort_ent *v, sort_ent *tmp, size_t n)
+static void merge_sort(const uint8_t *keys, const uint64_t *koff, bs_ent *v, bs_ent *tmp,
+                       size_t n)
 {
     if (n < 2)
         return;
     size_t h = n / 2;
-    merge_sort(a, v, tmp, h);
-    merge_sort(a, v + h, tmp, n - h);
-    if (cmp_full(a, &v[h - 1], &v[h]) <= 0)
+    merge_sort(keys, koff, v, tmp, h);
+    merge_sort(keys, koff, v + h, tmp, n - h);
+    if (cmp_full(keys, koff, &v[h - 1], &v[h]) <= 0)
         return;
     memcpy(tmp, v, n * sizeof *v);
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n)
-        v[k++] = cmp_full(a, &tmp[i], &tmp[j]) <= 0 ? tmp[i++] : tmp[j++];
+        v[k++] = cmp_full(keys, koff, &tmp[i], &tmp[j]) <= 0 ? tmp[i++] : tmp[j++];
     while (i < h)
         v[k++] = tmp[i++];
     while (j < n)
         v[k++] = tmp[j++];
 }
 
-static int sort_batch(const rec_args *a, sort_ent **out)
+int bs_sort(size_t n, const uint8_t *keys, const uint64_t *koff, bs_ent **out)
 {
-    size_t n = a->n;
-    sort_ent *v = malloc(n * sizeof *v), *tmp = malloc(n * sizeof *tmp);
+    bs_ent *v = malloc(n * sizeof *v), *tmp = malloc(n * sizeof *tmp);
     size_t *count = calloc(65536, sizeof *count);
     if (!v || !tmp || !count) {
         free(v);
@@ -142,8 +138,8 @@ static int sort_batch(const rec_args *a, sort_ent **out)
         return QS_NOMEM;
     }
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *k = a->keys + a->koff[i];
-        size_t kl = a->koff[i + 1] - a->koff[i];
+        const uint8_t *k = keys + koff[i];
+        size_t kl = koff[i + 1] - koff[i];
         uint64_t p = 0;
         for (size_t b = 0; b < 8; b++)
             p = (p << 8) | (b < kl ? k[b] : 0);
@@ -165,7 +161,7 @@ static int sort_batch(const rec_args *a, sort_ent **out)
         }
         for (size_t i = 0; i < n; i++)
             tmp[count[(v[i].prefix >> shift) & 0xffff]++] = v[i];
-        sort_ent *sw = v;
+        bs_ent *sw = v;
         v = tmp;
         tmp = sw;
     }
@@ -175,7 +171,7 @@ static int sort_batch(const rec_args *a, sort_ent **out)
         while (j < n && v[j].prefix == v[i].prefix)
             j++;
         if (j - i > 1)
-            merge_sort(a, v + i, tmp, j - i);
+            merge_sort(keys, koff, v + i, tmp, j - i);
         i = j;
     }
     free(tmp);
@@ -187,9 +183,9 @@ static int sort_batch(const rec_args *a, sort_ent **out)
 static int putdup_many_fn(qs_casket *c, bt_ctx *bt, void *arg)
 {
     rec_args *a = arg;
-    sort_ent *order = NULL;
+    bs_ent *order = NULL;
     int rc = 0;
-    if (a->n > 1 && (rc = sort_batch(a, &order)) != 0)
+    if (a->n > 1 && (rc = bs_sort(a->n, a->keys, a->koff, &order)) != 0)
         return rc;
     for (size_t j = 0; j < a->n && rc == 0; j++) {
         size_t i = order ? order[j].idx : j;
