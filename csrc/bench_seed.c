@@ -10,7 +10,7 @@
 static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
                   size_t n)
 {
-    if (!c || (!qkey && qklen) || (!ids && n))
+    if ((!qkey && qklen) || (!ids && n))
         return QS_INVAL;
     int own = cs_owns(c), rc = 0;
     if (!own && (rc = tx_begin(c)) != 0)
@@ -30,6 +30,11 @@ static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const voi
     return tx_commit(c);
 }
 
-/* ---- public entry points: counted calls ----------------------------------- */
+/* ---- public entry points ---------------------------------------------------- */
 
-COUNTED(qs_bench_seed, (qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen, size_t n), c, c, do_bench_seed, (c, qkey, qklen, ids, idlen, n))
+int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
+                  size_t n)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_bench_seed(c, qkey, qklen, ids, idlen, n));
+}

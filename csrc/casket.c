@@ -48,6 +48,8 @@ static int forked(const qs_casket *c)
  * and refuse new ones. */
 int cs_enter_call(qs_casket *c)
 {
+    if (!c)
+        return QS_INVAL;
     if (forked(c))
         return QS_FORKED;
     atomic_fetch_add(&c->calls, 1);

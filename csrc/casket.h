@@ -1,5 +1,9 @@
-/* casket.h -- the casket's internals shared with the queue layer (cs_
- * prefix).  Not public: the public interface is qstore.h. */
+/* casket.h -- the casket's internals (cs_ prefix): the handle's struct,
+ * which the casket's files (casket.c, txn.c, group.c, records.c, cursor.c,
+ * maint.c) share, and what the layers above the transaction layer (the
+ * records, the queues) call: cs_write, cs_read_enter, the call accounting,
+ * and cs_layer, through which they are called back.  Not public: the
+ * public interface is qstore.h. */
 #ifndef QS_CASKET_H
 #define QS_CASKET_H
 #include "qstore.h"
@@ -83,7 +87,7 @@ struct qs_casket {
     int defunct;                /* compaction renamed the file but could not
                                    reopen it: writes refused until reopened */
     /* putdups of the open transaction not yet applied to the tree: they are
-     * applied in key order, in batches (see flush_pending) */
+     * applied in key order, in batches (see rec_flush_pending, records.c) */
     bt_buf pend_keys, pend_vals;
     uint64_t *pend_koff, *pend_voff;
     size_t pend_n, pend_cap;
@@ -184,25 +188,23 @@ void cs_flush_due(qs_casket *c);
 /* Monotonic clock, seconds. */
 double cs_now(void);
 
-/* Public-call accounting (see qs_shutdown): cs_enter_call returns 0, or
- * the error the call must return: QS_CLOSED once the casket is closed,
- * QS_FORKED in a child process that inherited the handle. */
+/* Public-call accounting (see qs_shutdown): every public function enters
+ * with cs_enter_call, which returns 0, or the error the call must return:
+ * QS_INVAL for a NULL handle, QS_CLOSED once the casket is closed,
+ * QS_FORKED in a child process that inherited the handle; after 0 the
+ * call leaves with cs_leave_call, or returns through cs_return, which
+ * leaves and returns rc:
+ *
+ *     int rc = cs_enter_call(c);
+ *     return rc ? rc : cs_return(c, do_it(c, ...));
+ */
 int cs_enter_call(qs_casket *c);
 void cs_leave_call(qs_casket *c);
 
-/* Each public function checks its handle, counts itself in (so qs_shutdown
- * can wait for it and refuse it after) and calls its do_ implementation. */
-#define COUNTED(name, params, handle, casket, impl, args)                               \
-    int name params                                                                     \
-    {                                                                                   \
-        if (!(handle))                                                                  \
-            return QS_INVAL;                                                            \
-        int rc = cs_enter_call(casket);                                                 \
-        if (rc)                                                                         \
-            return rc;                                                                  \
-        rc = impl args;                                                             \
-        cs_leave_call(casket);                                                          \
-        return rc;                                                                      \
-    }
+static inline int cs_return(qs_casket *c, int rc)
+{
+    cs_leave_call(c);
+    return rc;
+}
 
 #endif

@@ -12,7 +12,7 @@
 
 static int do_cursor_open(qs_casket *c, qs_cursor **out)
 {
-    if (!c || !out)
+    if (!out)
         return QS_INVAL;
     qs_cursor *cur = calloc(1, sizeof *cur);
     if (!cur)
@@ -79,8 +79,6 @@ static int cur_refind(qs_cursor *cur, bt_ctx *bt, int *exact)
 
 static int do_cursor_first(qs_cursor *cur)
 {
-    if (!cur)
-        return QS_INVAL;
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_first(&bt, &cur->path));
@@ -90,8 +88,6 @@ static int do_cursor_first(qs_cursor *cur)
 
 static int do_cursor_last(qs_cursor *cur)
 {
-    if (!cur)
-        return QS_INVAL;
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_settle(cur, &bt, bt_last(&bt, &cur->path));
@@ -101,8 +97,6 @@ static int do_cursor_last(qs_cursor *cur)
 
 static int do_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
 {
-    if (!cur)
-        return QS_INVAL;
     int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
@@ -137,8 +131,6 @@ static int cur_step(qs_cursor *cur, bt_ctx *bt, int reverse)
 
 static int do_cursor_next(qs_cursor *cur)
 {
-    if (!cur)
-        return QS_INVAL;
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 0);
@@ -148,8 +140,6 @@ static int do_cursor_next(qs_cursor *cur)
 
 static int do_cursor_prev(qs_cursor *cur)
 {
-    if (!cur)
-        return QS_INVAL;
     bt_ctx bt;
     READ_ENTER(cur->c, &bt);
     int rc = cur_step(cur, &bt, 1);
@@ -159,7 +149,7 @@ static int do_cursor_prev(qs_cursor *cur)
 
 static int do_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
 {
-    if (!cur || (key && !klen) || (val && !vlen))
+    if ((key && !klen) || (val && !vlen))
         return QS_INVAL;
     if (key)
         *key = NULL;
@@ -200,7 +190,7 @@ static int do_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, s
 static int do_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
                    uint64_t *count)
 {
-    if (!cur || !outp || !outlen || !count)
+    if (!outp || !outlen || !count)
         return QS_INVAL;
     *outp = NULL;
     *outlen = 0;
@@ -262,8 +252,6 @@ static int cursor_out_fn(qs_casket *c, bt_ctx *bt, void *arg)
 
 static int do_cursor_out(qs_cursor *cur)
 {
-    if (!cur)
-        return QS_INVAL;
     if (!cur->positioned)
         return QS_NOTFOUND;
     int rc = cs_write(cur->c, cursor_out_fn, cur);
@@ -275,14 +263,59 @@ static int do_cursor_out(qs_cursor *cur)
     return rc;
 }
 
-/* ---- public entry points: counted calls ----------------------------------- */
+/* ---- public entry points ---------------------------------------------------- */
 
-COUNTED(qs_cursor_open, (qs_casket *c, qs_cursor **out), c, c, do_cursor_open, (c, out))
-COUNTED(qs_cursor_first, (qs_cursor *cur), cur, cur->c, do_cursor_first, (cur))
-COUNTED(qs_cursor_last, (qs_cursor *cur), cur, cur->c, do_cursor_last, (cur))
-COUNTED(qs_cursor_jump, (qs_cursor *cur, const void *key, size_t klen), cur, cur->c, do_cursor_jump, (cur, key, klen))
-COUNTED(qs_cursor_next, (qs_cursor *cur), cur, cur->c, do_cursor_next, (cur))
-COUNTED(qs_cursor_prev, (qs_cursor *cur), cur, cur->c, do_cursor_prev, (cur))
-COUNTED(qs_cursor_get, (qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen), cur, cur->c, do_cursor_get, (cur, key, klen, val, vlen))
-COUNTED(qs_cursor_read, (qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen, uint64_t *count), cur, cur->c, do_cursor_read, (cur, max, reverse, outp, outlen, count))
-COUNTED(qs_cursor_out, (qs_cursor *cur), cur, cur->c, do_cursor_out, (cur))
+int qs_cursor_open(qs_casket *c, qs_cursor **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_cursor_open(c, out));
+}
+
+int qs_cursor_first(qs_cursor *cur)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_first(cur));
+}
+
+int qs_cursor_last(qs_cursor *cur)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_last(cur));
+}
+
+int qs_cursor_jump(qs_cursor *cur, const void *key, size_t klen)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_jump(cur, key, klen));
+}
+
+int qs_cursor_next(qs_cursor *cur)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_next(cur));
+}
+
+int qs_cursor_prev(qs_cursor *cur)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_prev(cur));
+}
+
+int qs_cursor_get(qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_get(cur, key, klen, val, vlen));
+}
+
+int qs_cursor_read(qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen,
+                   uint64_t *count)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_read(cur, max, reverse, outp, outlen, count));
+}
+
+int qs_cursor_out(qs_cursor *cur)
+{
+    int rc = cur ? cs_enter_call(cur->c) : QS_INVAL;
+    return rc ? rc : cs_return(cur->c, do_cursor_out(cur));
+}

@@ -23,8 +23,6 @@
 
 static int do_sync(qs_casket *c)
 {
-    if (!c)
-        return QS_INVAL;
     if (c->readonly)
         return 0;
     if (cs_owns(c))
@@ -88,8 +86,6 @@ static int check_freelist(pager *p, uint8_t *seen, char *msg, size_t cap)
 static int do_check(qs_casket *c, char *msg, size_t msgcap)
 {
     char dummy[8];
-    if (!c)
-        return QS_INVAL;
     if (!msg || msgcap == 0) {
         msg = dummy;
         msgcap = sizeof dummy;
@@ -288,8 +284,6 @@ static int open_dir_of(const char *path, int *dfd)
 
 static int do_compact(qs_casket *c)
 {
-    if (!c)
-        return QS_INVAL;
     if (c->readonly)
         return QS_READONLY;
     if (cs_owns(c))
@@ -529,7 +523,7 @@ uint32_t qs_corrupt_page(qs_casket *c) { return c ? pg_bad_page(&c->pg) : 0; }
 
 static int do_stat_get(qs_casket *c, qs_stat *st)
 {
-    if (!c || !st)
+    if (!st)
         return QS_INVAL;
     memset(st, 0, sizeof *st);
     bt_ctx bt;
@@ -559,12 +553,46 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     pthread_mutex_unlock(&c->wmu);
     return 0;
 }
-/* ---- public entry points: counted calls ----------------------------------- */
+/* ---- public entry points ---------------------------------------------------- */
 
-COUNTED(qs_sync, (qs_casket *c), c, c, do_sync, (c))
-COUNTED(qs_check, (qs_casket *c, char *msg, size_t msgcap), c, c, do_check, (c, msg, msgcap))
-COUNTED(qs_compact, (qs_casket *c), c, c, do_compact, (c))
-COUNTED(qs_snapshot_open, (qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes, qs_casket **out), c, c, do_snapshot_open, (c, max_log_bytes, cache_bytes, out))
-COUNTED(qs_backup, (qs_casket *c, const char *dest), c, c, do_backup, (c, dest))
-COUNTED(qs_progress, (qs_casket *c, uint64_t *done, uint64_t *total), c, c, do_progress, (c, done, total))
-COUNTED(qs_stat_get, (qs_casket *c, qs_stat *st), c, c, do_stat_get, (c, st))
+int qs_sync(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_sync(c));
+}
+
+int qs_check(qs_casket *c, char *msg, size_t msgcap)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_check(c, msg, msgcap));
+}
+
+int qs_compact(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_compact(c));
+}
+
+int qs_snapshot_open(qs_casket *c, uint64_t max_log_bytes, uint64_t cache_bytes, qs_casket **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_snapshot_open(c, max_log_bytes, cache_bytes, out));
+}
+
+int qs_backup(qs_casket *c, const char *dest)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_backup(c, dest));
+}
+
+int qs_progress(qs_casket *c, uint64_t *done, uint64_t *total)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_progress(c, done, total));
+}
+
+int qs_stat_get(qs_casket *c, qs_stat *st)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_stat_get(c, st));
+}

@@ -1528,19 +1528,107 @@ static int do_records(qs_casket *c, uint64_t *count)
     return rc;
 }
 
-COUNTED(qs_queue_put, (qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen, uint64_t *id), c, c, do_put, (c, name, nlen, val, vlen, id))
-COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, size_t vals_len, const uint32_t *lens, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, vals_len, lens, first_id))
-COUNTED(qs_queue_put_framed, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames, size_t frames_len, uint64_t *first_id), c, c, do_put_framed, (c, name, nlen, n, frames, frames_len, first_id))
-COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
-COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
-COUNTED(qs_queue_scan, (qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max, size_t max_bytes, qs_items **out), c, c, do_scan, (c, name, nlen, after, max, max_bytes, out))
-COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))
-COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, 1, timeout, lease, out))
-COUNTED(qs_queue_reserve_many, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, max, timeout, lease, out))
-COUNTED(qs_queue_ack, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_ack, (c, name, nlen, id, token))
-COUNTED(qs_queue_ack_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids, uint64_t token), c, c, do_ack_many, (c, name, nlen, n, ids, token))
-COUNTED(qs_queue_release, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_release, (c, name, nlen, id, token))
-COUNTED(qs_queue_len, (qs_casket *c, const void *name, size_t nlen, uint64_t *len), c, c, do_len, (c, name, nlen, len))
-COUNTED(qs_queue_clear, (qs_casket *c, const void *name, size_t nlen, uint64_t *removed), c, c, do_clear, (c, name, nlen, removed))
-COUNTED(qs_queue_list, (qs_casket *c, qs_items **out), c, c, do_list, (c, out))
-COUNTED(qs_queue_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count))
+int qs_queue_put(qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen,
+                 uint64_t *id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put(c, name, nlen, val, vlen, id));
+}
+
+int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                      size_t vals_len, const uint32_t *lens, uint64_t *first_id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put_many(c, name, nlen, n, vals, vals_len, lens, first_id));
+}
+
+int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames,
+                        size_t frames_len, uint64_t *first_id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put_framed(c, name, nlen, n, frames, frames_len, first_id));
+}
+
+int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
+                     const void *val, size_t vlen, uint64_t *id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_publish(c, nnames, names, noff, val, vlen, id));
+}
+
+int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                 qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_get(c, name, nlen, max, timeout, out));
+}
+
+int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
+                  size_t max_bytes, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_scan(c, name, nlen, after, max, max_bytes, out));
+}
+
+int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_peek(c, name, nlen, max, out));
+}
+
+int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
+                     qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, 1, timeout, lease, out));
+}
+
+int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                          double lease, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, lease, out));
+}
+
+int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_ack(c, name, nlen, id, token));
+}
+
+int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids,
+                      uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_ack_many(c, name, nlen, n, ids, token));
+}
+
+int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_release(c, name, nlen, id, token));
+}
+
+int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_len(c, name, nlen, len));
+}
+
+int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_clear(c, name, nlen, removed));
+}
+
+int qs_queue_list(qs_casket *c, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_list(c, out));
+}
+
+int qs_queue_records(qs_casket *c, uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_records(c, count));
+}

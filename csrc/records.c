@@ -136,14 +136,14 @@ static int out_fn(qs_casket *c, bt_ctx *bt, void *arg)
 
 static int do_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = rec_check_kv(key, klen, val, vlen);
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : gc_write(c, put_fn, &a);
 }
 
 static int do_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = rec_check_kv(key, klen, val, vlen);
     rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
     return rc ? rc : gc_write(c, putkeep_fn, &a);
 }
@@ -152,7 +152,6 @@ static void rec_drop_pending(qs_casket *c)
     c->pend_n = 0;
     c->pend_keys.len = c->pend_vals.len = 0;
 }
-
 
 #define PEND_MAX_RECORDS (256u << 10)
 #define PEND_MAX_BYTES (32u << 20)
@@ -251,7 +250,7 @@ void rec_attach(qs_casket *c)
 
 int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    int rc = c ? rec_check_kv(key, klen, val, vlen) : QS_INVAL;
+    int rc = rec_check_kv(key, klen, val, vlen);
     if (rc)
         return rc;
     if (!c->readonly && cs_owns(c) && c->explicit_txn) {
@@ -266,7 +265,7 @@ int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size
 static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
                    const void *vals, const uint64_t *voff)
 {
-    if (!c || (n && (!koff || !voff)) || n >= UINT32_MAX)
+    if ((n && (!koff || !voff)) || n >= UINT32_MAX)
         return QS_INVAL;
     for (size_t i = 0; i < n; i++) {
         if (koff[i + 1] < koff[i] || voff[i + 1] < voff[i])
@@ -283,14 +282,14 @@ static int do_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64
 
 static int do_out(qs_casket *c, const void *key, size_t klen)
 {
-    int rc = c ? rec_check_kv(key, klen, NULL, 0) : QS_INVAL;
+    int rc = rec_check_kv(key, klen, NULL, 0);
     rec_args a = {.key = key, .klen = klen};
     return rc ? rc : gc_write(c, out_fn, &a);
 }
 
 static int do_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
 {
-    int rc = c ? rec_check_kv(key, klen, NULL, 0) : QS_INVAL;
+    int rc = rec_check_kv(key, klen, NULL, 0);
     rec_args a = {.key = key, .klen = klen};
     if (rc == 0)
         rc = gc_write(c, outlist_fn, &a);
@@ -310,7 +309,7 @@ static int find_first(bt_ctx *bt, const void *key, size_t klen, bt_path *path)
 
 static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
 {
-    if (!c || !val || !vlen)
+    if (!val || !vlen)
         return QS_INVAL;
     *val = NULL;
     *vlen = 0;
@@ -339,7 +338,7 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
 static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
               uint64_t *count)
 {
-    if (!c || !outp || !outlen || !count)
+    if (!outp || !outlen || !count)
         return QS_INVAL;
     *outp = NULL;
     *outlen = 0;
@@ -375,7 +374,7 @@ static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, si
 
 static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
 {
-    if (!c || !count)
+    if (!count)
         return QS_INVAL;
     *count = 0;
     int rc = rec_check_kv(key, klen, NULL, 0);
@@ -396,7 +395,7 @@ static int do_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
 
 static int do_records(qs_casket *c, uint64_t *count)
 {
-    if (!c || !count)
+    if (!count)
         return QS_INVAL;
     bt_ctx bt;
     READ_ENTER(c, &bt);
@@ -404,15 +403,66 @@ static int do_records(qs_casket *c, uint64_t *count)
     cs_read_leave(c, &bt);
     return rc;
 }
-/* ---- public entry points: counted calls ----------------------------------- */
+/* ---- public entry points ---------------------------------------------------- */
 
-COUNTED(qs_put, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_put, (c, key, klen, val, vlen))
-COUNTED(qs_putkeep, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, do_putkeep, (c, key, klen, val, vlen))
-COUNTED(qs_putdup, (qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen), c, c, rec_putdup, (c, key, klen, val, vlen))
-COUNTED(qs_putdup_many, (qs_casket *c, size_t n, const void *keys, const uint64_t *koff, const void *vals, const uint64_t *voff), c, c, do_putdup_many, (c, n, keys, koff, vals, voff))
-COUNTED(qs_out, (qs_casket *c, const void *key, size_t klen), c, c, do_out, (c, key, klen))
-COUNTED(qs_outlist, (qs_casket *c, const void *key, size_t klen, uint64_t *removed), c, c, do_outlist, (c, key, klen, removed))
-COUNTED(qs_get, (qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen), c, c, do_get, (c, key, klen, val, vlen))
-COUNTED(qs_getdup, (qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen, uint64_t *count), c, c, do_getdup, (c, key, klen, outp, outlen, count))
-COUNTED(qs_count, (qs_casket *c, const void *key, size_t klen, uint64_t *count), c, c, do_count, (c, key, klen, count))
-COUNTED(qs_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count))
+int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put(c, key, klen, val, vlen));
+}
+
+int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_putkeep(c, key, klen, val, vlen));
+}
+
+int qs_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, rec_putdup(c, key, klen, val, vlen));
+}
+
+int qs_putdup_many(qs_casket *c, size_t n, const void *keys, const uint64_t *koff,
+                   const void *vals, const uint64_t *voff)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_putdup_many(c, n, keys, koff, vals, voff));
+}
+
+int qs_out(qs_casket *c, const void *key, size_t klen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_out(c, key, klen));
+}
+
+int qs_outlist(qs_casket *c, const void *key, size_t klen, uint64_t *removed)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_outlist(c, key, klen, removed));
+}
+
+int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_get(c, key, klen, val, vlen));
+}
+
+int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
+              uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_getdup(c, key, klen, outp, outlen, count));
+}
+
+int qs_count(qs_casket *c, const void *key, size_t klen, uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_count(c, key, klen, count));
+}
+
+int qs_records(qs_casket *c, uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_records(c, count));
+}

@@ -7,7 +7,7 @@
 /* QS_INVAL for a NULL buffer with a length, QS_TOOBIG past the limits. */
 int rec_check_kv(const void *key, size_t klen, const void *val, size_t vlen);
 
-/* qs_putdup without the call accounting. */
+/* qs_putdup without the call accounting (c is not NULL). */
 int rec_putdup(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen);
 
 /* Registers the records' layer with a new handle (cs_layer: its buffered

@@ -279,7 +279,6 @@ int tx_writer_enter(qs_casket *c)
     return tx_writer_enter_opt(c, 1, c->lock_timeout);
 }
 
-
 /* How often a writer waiting for another thread's transaction looks
  * whether that thread still exists (a thread's end wakes nobody). */
 #define OWNER_POLL_NS 20000000L
@@ -556,8 +555,6 @@ static int commit_and_leave(qs_casket *c)
 
 int tx_begin(qs_casket *c)
 {
-    if (!c)
-        return QS_INVAL;
     if (c->readonly)
         return QS_READONLY;
     if (cs_owns(c))
@@ -586,8 +583,6 @@ int tx_begin(qs_casket *c)
 
 int tx_commit(qs_casket *c)
 {
-    if (!c)
-        return QS_INVAL;
     if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
     if (c->flush_due)
@@ -603,8 +598,6 @@ int tx_commit(qs_casket *c)
 
 int tx_abort(qs_casket *c)
 {
-    if (!c)
-        return QS_INVAL;
     if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
     tx_abort_locked(c);
@@ -716,8 +709,22 @@ int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)
 
 int cs_in_txn(qs_casket *c) { return cs_owns(c) && c->explicit_txn; }
 
-/* ---- public entry points: counted calls ----------------------------------- */
+/* ---- public entry points ---------------------------------------------------- */
 
-COUNTED(qs_begin, (qs_casket *c), c, c, tx_begin, (c))
-COUNTED(qs_commit, (qs_casket *c), c, c, tx_commit, (c))
-COUNTED(qs_abort, (qs_casket *c), c, c, tx_abort, (c))
+int qs_begin(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, tx_begin(c));
+}
+
+int qs_commit(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, tx_commit(c));
+}
+
+int qs_abort(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, tx_abort(c));
+}
