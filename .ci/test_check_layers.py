@@ -86,10 +86,10 @@ class LayerCheck(unittest.TestCase):
                          f"is not a file of csrc/")
 
     def test_file_without_a_layer(self):
-        self.append("txn.c", '#include "casket.h"\n')
-        self.one_problem("csrc/txn.c has no layer: add it to LAYERS in "
+        self.append("newlayer.c", '#include "casket.h"\n')
+        self.one_problem("csrc/newlayer.c has no layer: add it to LAYERS in "
                          ".ci/check_layers.py")
-        cl.LAYERS["txn.c"] = "casket"
+        cl.LAYERS["newlayer.c"] = "casket"
         self.assertEqual(self.run_check()[0], 0)
 
     def test_new_test_file_is_placed_by_its_pattern(self):

@@ -1,5 +1,9 @@
-/* casket.h -- the casket's internals shared with the queue layer (cs_
- * prefix).  Not public: the public interface is qstore.h. */
+/* casket.h -- the casket's internals (cs_ prefix): the handle's struct,
+ * which the casket's files (casket.c, txn.c, group.c, records.c, cursor.c,
+ * maint.c) share, and what the layers above the transaction layer (the
+ * records, the queues) call: cs_write, cs_read_enter, the call accounting,
+ * and cs_layer, through which they are called back.  Not public: the
+ * public interface is qstore.h. */
 #ifndef QS_CASKET_H
 #define QS_CASKET_H
 #include "qstore.h"
@@ -12,7 +16,39 @@
 #define NS_USER 0       /* the record API's namespace */
 #define NS_QUEUE 1      /* queue items, shared payloads and their counts */
 
-struct qq_registry;
+/* A layer above the transaction layer that keeps state of its own per
+ * handle (the records' buffered putdups, the queue registry) registers
+ * these with cs_layer_add; the transaction layer calls them back, the way
+ * SQLite's pager calls its xReiniter, so it never calls up by name.  Any
+ * may be NULL.  Each gets the handle and the state given at registration. */
+typedef struct cs_layer {
+    /* Applies work buffered for the calling thread's transaction (it holds
+     * the write lock; the operation mutex is not held): called before that
+     * transaction commits and before it reads or writes, once the layer
+     * said so with cs_flush_due.  0 or the error, which spoils the
+     * transaction if it is not a refusal. */
+    int (*flush)(qs_casket *c, void *state);
+    /* The writer's transaction ended: committed 1, aborted 0 (mu held). */
+    void (*txn_end)(qs_casket *c, void *state, int committed);
+    /* Other handles committed: what was counted in the committed view is
+     * stale (mu held). */
+    void (*refresh)(qs_casket *c, void *state);
+    /* The pages changed wholesale: compaction (mu held). */
+    void (*invalidate)(qs_casket *c, void *state);
+    /* The handle is closing, holding the write lock, with a region. */
+    void (*close)(qs_casket *c, void *state);
+    /* The handle is closing: wake every caller blocked in the layer, who
+     * then returns QS_CLOSED (mu held). */
+    void (*wake)(qs_casket *c, void *state);
+    /* Releases the state (no call is running). */
+    void (*free)(qs_casket *c, void *state);
+    /* Whether rc, returned by one of the layer's cs_write functions,
+     * refuses the operation without touching anything: such a result does
+     * not spoil the transaction it ran in, nor a group commit. */
+    int (*refused)(int rc);
+} cs_layer;
+
+#define CS_LAYERS 2     /* records, queues */
 
 struct qs_casket {
     char *path;
@@ -51,13 +87,18 @@ struct qs_casket {
     int defunct;                /* compaction renamed the file but could not
                                    reopen it: writes refused until reopened */
     /* putdups of the open transaction not yet applied to the tree: they are
-     * applied in key order, in batches (see flush_pending) */
+     * applied in key order, in batches (see rec_flush_pending, records.c) */
     bt_buf pend_keys, pend_vals;
     uint64_t *pend_koff, *pend_voff;
     size_t pend_n, pend_cap;
     uint64_t checkpoint_bytes;
-    /* the queue layer's in-memory state (queue.c), guarded by mu */
-    struct qq_registry *queues;
+    /* the layers registered with cs_layer_add, in order; flush_due: one
+     * of them has work buffered for the open transaction */
+    struct {
+        const cs_layer *ops;
+        void *state;
+    } layers[CS_LAYERS];
+    int nlayers, flush_due;
     /* other processes (shm.c): shared is 0 only for compaction's private
      * scratch casket */
     int shared;
@@ -87,6 +128,19 @@ struct qs_cursor {
     bt_buf key;                 /* the current record's key and seq */
     uint64_t seq;
 };
+
+#define LOG_SUFFIX "-log"
+#define SHM_SUFFIX "-shm"
+
+/* Opens a handle (qs_open; shared 0: a private casket with no region, for
+ * compaction's scratch file); cs_destroy_sync and cs_free undo it once its
+ * pager is closed. */
+int cs_open(const char *path, const qs_options *opts, int shared, qs_casket **out);
+void cs_destroy_sync(qs_casket *c);
+void cs_free(qs_casket *c);
+
+/* Bumped in the child of every fork (see cs_enter_call). */
+unsigned cs_fork_generation(void);
 
 
 /* Runs fn in the writer's view (bt is the user namespace; fn may build a
@@ -118,28 +172,39 @@ int cs_in_txn(qs_casket *c);
 int cs_view_lock(qs_casket *c);
 void cs_view_unlock(qs_casket *c);
 
+/* Registers layer ops with state (mu held, or before the handle is
+ * shared between threads); the callbacks run in registration order.
+ * QS_INVAL when CS_LAYERS are registered already. */
+int cs_layer_add(qs_casket *c, const cs_layer *ops, void *state);
+
+/* The state registered with ops, NULL if ops is not registered. */
+void *cs_layer_state(qs_casket *c, const cs_layer *ops);
+
+/* The calling thread's transaction has work buffered in a layer: its flush
+ * runs before the transaction's next read or write and before commit.
+ * Once per batch is enough (it stays due until the flush). */
+void cs_flush_due(qs_casket *c);
+
 /* Monotonic clock, seconds. */
 double cs_now(void);
 
-/* Public-call accounting (see qs_shutdown): cs_enter_call returns 0, or
- * the error the call must return: QS_CLOSED once the casket is closed,
- * QS_FORKED in a child process that inherited the handle. */
+/* Public-call accounting (see qs_shutdown): every public function enters
+ * with cs_enter_call, which returns 0, or the error the call must return:
+ * QS_INVAL for a NULL handle, QS_CLOSED once the casket is closed,
+ * QS_FORKED in a child process that inherited the handle; after 0 the
+ * call leaves with cs_leave_call, or returns through cs_return, which
+ * leaves and returns rc:
+ *
+ *     int rc = cs_enter_call(c);
+ *     return rc ? rc : cs_return(c, do_it(c, ...));
+ */
 int cs_enter_call(qs_casket *c);
 void cs_leave_call(qs_casket *c);
 
-/* Each public function checks its handle, counts itself in (so qs_shutdown
- * can wait for it and refuse it after) and calls its do_ implementation. */
-#define COUNTED(name, params, handle, casket, impl, args)                               \
-    int name params                                                                     \
-    {                                                                                   \
-        if (!(handle))                                                                  \
-            return QS_INVAL;                                                            \
-        int rc = cs_enter_call(casket);                                                 \
-        if (rc)                                                                         \
-            return rc;                                                                  \
-        rc = impl args;                                                             \
-        cs_leave_call(casket);                                                          \
-        return rc;                                                                      \
-    }
+static inline int cs_return(qs_casket *c, int rc)
+{
+    cs_leave_call(c);
+    return rc;
+}
 
 #endif

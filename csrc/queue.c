@@ -45,6 +45,7 @@ typedef struct qq_mark {
 } qq_mark;
 
 typedef struct qq_queue {
+    struct qq_registry *reg;    /* the registry it is in */
     struct qq_queue *hnext;     /* hash chain */
     struct qq_queue *tnext;     /* touched by the open transaction */
     int touched, txn_put, txn_took;
@@ -77,6 +78,8 @@ typedef struct qq_registry {
 
 /* ---- the registry ---------------------------------------------------------- */
 
+static const cs_layer qq_layer;
+
 static uint64_t hash_bytes(const uint8_t *p, size_t n)
 {
     uint64_t h = 1469598103934665603ull;
@@ -92,11 +95,12 @@ static void queue_free(qq_queue *q)
     free(q);
 }
 
-void qq_free(qs_casket *c)
+/* The queue layer's callbacks (cs_layer, qq_layer below), with the
+ * registry as their state. */
+static void qq_free(qs_casket *c, void *state)
 {
-    qq_registry *r = c->queues;
-    if (!r)
-        return;
+    (void)c;
+    qq_registry *r = state;
     for (size_t i = 0; i < r->cap; i++)
         for (qq_queue *q = r->tab[i], *nx; q; q = nx) {
             nx = q->hnext;
@@ -104,25 +108,26 @@ void qq_free(qs_casket *c)
         }
     free(r->tab);
     free(r);
-    c->queues = NULL;
 }
 
-void qq_wake_all(qs_casket *c)
+static void qq_wake_all(qs_casket *c, void *state)
 {
+    (void)state;
     if (c->shared)
         sh_wake_all(&c->sh);
 }
 
-void qq_refresh(qs_casket *c)
+static void qq_refresh(qs_casket *c, void *state)
 {
-    if (c->queues) {
-        c->queues->mods++;
-        c->queues->epoch++;
-    }
+    (void)c;
+    qq_registry *r = state;
+    r->mods++;
+    r->epoch++;
 }
 
-void qq_close(qs_casket *c)
+static void qq_close(qs_casket *c, void *state)
 {
+    (void)state;
     sh_res_drop_mine(&c->sh);
 }
 
@@ -185,12 +190,16 @@ static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint
  * change goes through here), so the committed count is its length. */
 static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **out)
 {
-    qq_registry *r = c->queues;
+    qq_registry *r = cs_layer_state(c, &qq_layer);
     if (!r) {
         if (!(r = calloc(1, sizeof *r)))
             return QS_NOMEM;
         r->sweep_at = 256;
-        c->queues = r;
+        int rc = cs_layer_add(c, &qq_layer, r);
+        if (rc) {
+            free(r);
+            return rc;
+        }
     }
     uint64_t h = hash_bytes(key, klen);
     if (r->cap)
@@ -219,6 +228,7 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
         return QS_NOMEM;
     }
     memcpy(q->key, key, klen);
+    q->reg = r;
     q->klen = klen;
     q->hash = h;
     q->min_deadline = INFINITY;
@@ -249,25 +259,22 @@ static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue
     return rc;
 }
 
-/* The queue tree changed: every remembered put position is stale. */
-static void modified(qs_casket *c)
+/* The queue tree changed wholesale (compaction): every remembered put
+ * position is stale. */
+static void qq_invalidate(qs_casket *c, void *state)
 {
-    if (c->queues)
-        c->queues->mods++;
-}
-
-void qq_invalidate(qs_casket *c)
-{
-    modified(c);
+    (void)c;
+    ((qq_registry *)state)->mods++;
 }
 
 static void touch(qs_casket *c, qq_queue *q)
 {
-    modified(c);
+    (void)c;
+    q->reg->mods++;     /* every remembered put position is stale */
     if (!q->touched) {
         q->touched = 1;
-        q->tnext = c->queues->touched;
-        c->queues->touched = q;
+        q->tnext = q->reg->touched;
+        q->reg->touched = q;
     }
 }
 
@@ -426,11 +433,9 @@ static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
     return n > 0 ? (uint64_t)n : 0;
 }
 
-void qq_txn_end(qs_casket *c, int committed)
+static void qq_txn_end(qs_casket *c, void *state, int committed)
 {
-    qq_registry *r = c->queues;
-    if (!r)
-        return;
+    qq_registry *r = state;
     if (!committed)
         r->mods++;
     for (qq_queue *q = r->touched, *nx; q; q = nx) {
@@ -460,6 +465,23 @@ void qq_txn_end(qs_casket *c, int committed)
     }
     r->touched = NULL;
 }
+
+/* Results of the queue calls that refuse without touching anything. */
+static int qq_refused(int rc)
+{
+    return rc == QS_NOTRESERVED || rc == QS_RESFULL || rc == QS_TOOBIG || rc == QS_INVAL ||
+           rc == QS_NOTFOUND;
+}
+
+static const cs_layer qq_layer = {
+    .txn_end = qq_txn_end,
+    .refresh = qq_refresh,
+    .invalidate = qq_invalidate,
+    .close = qq_close,
+    .wake = qq_wake_all,
+    .free = qq_free,
+    .refused = qq_refused,
+};
 
 /* ---- arguments and names -------------------------------------------------- */
 
@@ -706,7 +728,7 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     uint64_t id = take_id(bt.p, a->n);
     a->first_id = id;
     bt_vals v = a->vals;
-    int valid = q->tail_ok && q->tail_mods == c->queues->mods;
+    int valid = q->tail_ok && q->tail_mods == q->reg->mods;
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
         rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, &v);
@@ -715,7 +737,7 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     touch(c, q);
     q->tail_ok = rc == 0 && valid;
-    q->tail_mods = c->queues->mods;
+    q->tail_mods = q->reg->mods;
     if (rc)
         return rc;
     q->dlen += (int64_t)a->n;
@@ -972,7 +994,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     if (rc)
         return rc;
     /* A reservation is shared at commit; the room for it is claimed now. */
-    if (a->reserve && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+    if (a->reserve && !sh_res_room(&c->sh, txn_new_marks(q->reg) + 1))
         return QS_RESFULL;
     bt_path path;
     uint64_t id, from = 1;
@@ -980,7 +1002,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     while (a->out.n < a->max) {
         /* A batch of reservations stops where the room ends (the first
          * item's room was checked above, so a batch holds at least one). */
-        if (a->reserve && a->out.n && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+        if (a->reserve && a->out.n && !sh_res_room(&c->sh, txn_new_marks(q->reg) + 1))
             break;
         /* path is on the candidate: the record after the one just taken
          * (kept), or the first at or after `from` */
@@ -1017,7 +1039,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         from = id + 1;
         if (a->reserve) {
             if (!a->token)
-                a->token = ++c->queues->next_token;
+                a->token = ++q->reg->next_token;
             double deadline = a->lease > 0 ? cs_now() + a->lease : INFINITY;
             if ((rc = mark_add(q, id, a->token, deadline, M_NEW)) != 0)
                 break;
@@ -1506,19 +1528,107 @@ static int do_records(qs_casket *c, uint64_t *count)
     return rc;
 }
 
-COUNTED(qs_queue_put, (qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen, uint64_t *id), c, c, do_put, (c, name, nlen, val, vlen, id))
-COUNTED(qs_queue_put_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals, size_t vals_len, const uint32_t *lens, uint64_t *first_id), c, c, do_put_many, (c, name, nlen, n, vals, vals_len, lens, first_id))
-COUNTED(qs_queue_put_framed, (qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames, size_t frames_len, uint64_t *first_id), c, c, do_put_framed, (c, name, nlen, n, frames, frames_len, first_id))
-COUNTED(qs_queue_publish, (qs_casket *c, size_t nnames, const void *names, const uint64_t *noff, const void *val, size_t vlen, uint64_t *id), c, c, do_publish, (c, nnames, names, noff, val, vlen, id))
-COUNTED(qs_queue_get, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, qs_items **out), c, c, do_get, (c, name, nlen, max, timeout, out))
-COUNTED(qs_queue_scan, (qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max, size_t max_bytes, qs_items **out), c, c, do_scan, (c, name, nlen, after, max, max_bytes, out))
-COUNTED(qs_queue_peek, (qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out), c, c, do_peek, (c, name, nlen, max, out))
-COUNTED(qs_queue_reserve, (qs_casket *c, const void *name, size_t nlen, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, 1, timeout, lease, out))
-COUNTED(qs_queue_reserve_many, (qs_casket *c, const void *name, size_t nlen, size_t max, double timeout, double lease, qs_items **out), c, c, do_reserve, (c, name, nlen, max, timeout, lease, out))
-COUNTED(qs_queue_ack, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_ack, (c, name, nlen, id, token))
-COUNTED(qs_queue_ack_many, (qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids, uint64_t token), c, c, do_ack_many, (c, name, nlen, n, ids, token))
-COUNTED(qs_queue_release, (qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token), c, c, do_release, (c, name, nlen, id, token))
-COUNTED(qs_queue_len, (qs_casket *c, const void *name, size_t nlen, uint64_t *len), c, c, do_len, (c, name, nlen, len))
-COUNTED(qs_queue_clear, (qs_casket *c, const void *name, size_t nlen, uint64_t *removed), c, c, do_clear, (c, name, nlen, removed))
-COUNTED(qs_queue_list, (qs_casket *c, qs_items **out), c, c, do_list, (c, out))
-COUNTED(qs_queue_records, (qs_casket *c, uint64_t *count), c, c, do_records, (c, count))
+int qs_queue_put(qs_casket *c, const void *name, size_t nlen, const void *val, size_t vlen,
+                 uint64_t *id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put(c, name, nlen, val, vlen, id));
+}
+
+int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                      size_t vals_len, const uint32_t *lens, uint64_t *first_id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put_many(c, name, nlen, n, vals, vals_len, lens, first_id));
+}
+
+int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n, const void *frames,
+                        size_t frames_len, uint64_t *first_id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_put_framed(c, name, nlen, n, frames, frames_len, first_id));
+}
+
+int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
+                     const void *val, size_t vlen, uint64_t *id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_publish(c, nnames, names, noff, val, vlen, id));
+}
+
+int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                 qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_get(c, name, nlen, max, timeout, out));
+}
+
+int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
+                  size_t max_bytes, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_scan(c, name, nlen, after, max, max_bytes, out));
+}
+
+int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_peek(c, name, nlen, max, out));
+}
+
+int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
+                     qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, 1, timeout, lease, out));
+}
+
+int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
+                          double lease, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, lease, out));
+}
+
+int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_ack(c, name, nlen, id, token));
+}
+
+int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids,
+                      uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_ack_many(c, name, nlen, n, ids, token));
+}
+
+int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_release(c, name, nlen, id, token));
+}
+
+int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_len(c, name, nlen, len));
+}
+
+int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_clear(c, name, nlen, removed));
+}
+
+int qs_queue_list(qs_casket *c, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_list(c, out));
+}
+
+int qs_queue_records(qs_casket *c, uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_records(c, count));
+}
