@@ -25,6 +25,18 @@
 #include <sys/types.h>
 
 #define SH_SLOTS 128            /* handles attached at once */
+
+/* Room in the region for the layer above (the queue module's reservations
+ * and wake-up words): shm.c maps it, allocates and zeroes it with the
+ * region, and reads none of it.  In the header page: a seqlock word
+ * (up_seq), a counter (up_count) and SH_UP_WORDS futex words; after the
+ * slots, SH_UP_BYTES bytes, 8-aligned (up_area).  Their sizes, and the three
+ * numbers of SH_UP_SHAPE that the layer above checks against its own, are
+ * part of the region's format: the header records the shape and an attach
+ * refuses a region of another one. */
+#define SH_UP_WORDS 512
+#define SH_UP_BYTES 2719744u
+#define SH_UP_SHAPE {256u, 65536u, 4096u}
 #define SH_BUCKETS 256          /* wake-up words, by hash of queue name */
 #define SH_RES_CAP 65536        /* reservation entries (power of two) */
 #define SH_QCAP 4096            /* queues holding reservations (power of two) */
@@ -66,13 +78,17 @@ typedef struct sh_region {
     size_t size;
     sh_header *hdr;
     sh_slot *slots;
-    sh_res *res;
-    sh_qent *qtab;
     uint32_t slot;              /* ours */
     uint32_t gen;               /* our slot's generation */
     int exclusive;              /* we hold byte 0 exclusively */
     int created;                /* this open created the file */
-    _Atomic uint64_t last_sweep_ns; /* when we last looked for dead holders */
+    /* The room for the layer above, mapped (all NULL without a region),
+     * and a word of its own per handle. */
+    _Atomic uint32_t *up_seq;
+    uint32_t *up_count;
+    _Atomic uint32_t *up_words;
+    void *up_area;
+    _Atomic uint64_t up_clock_ns;
 } sh_region;
 
 /* The newest commit as published by its writer. */
@@ -195,6 +211,23 @@ int sh_pins_hold(const sh_region *r, uint64_t log_bytes);
 /* Revokes every other handle's pin (a checkpointer, past sh_ckpt_begin);
  * returns how many. */
 uint32_t sh_pins_revoke(sh_region *r);
+
+/* ---- for the layer above -------------------------------------------------------- */
+
+/* Futexes on the shared mapping (not FUTEX_PRIVATE: every process).
+ * sh_futex_wait sleeps while *w == val, up to timeout seconds (< 0: no
+ * limit); returns EINTR when a signal handler ran during the wait
+ * (handlers installed without SA_RESTART, as Python installs its own),
+ * else 0: woken, timed out, or the word had already changed.
+ * sh_futex_wake wakes up to n sleepers. */
+int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout);
+void sh_futex_wake(_Atomic uint32_t *w, int n);
+
+/* Slot i (< SH_SLOTS): its generation, bumped each time a handle takes it,
+ * and whether a live handle holds it (ours always is; a system call for
+ * the others). */
+uint32_t sh_slot_gen(const sh_region *r, uint32_t i);
+int sh_slot_alive(const sh_region *r, uint32_t i);
 
 /* ---- wake-ups ---------------------------------------------------------------- */
 
