@@ -21,6 +21,7 @@
  * guarded by the casket's operation mutex; the region's reservations
  * change only under the write lock. */
 #include "queue.h"
+#include "qres.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
