@@ -10,37 +10,37 @@
 
 /* ---- wake-ups ---------------------------------------------------------------- */
 
-/* The words of the layer above's room: SH_BUCKETS wake-up words, then as
+/* The words of our room in the region: QR_BUCKETS wake-up words, then as
  * many counts of their sleepers. */
-_Static_assert(2 * SH_BUCKETS == SH_UP_WORDS, "wake-up words fill the header's room");
+_Static_assert(2 * QR_BUCKETS == SH_UP_WORDS, "wake-up words fill the header's room");
 #define BUCKET(r, b) (&(r)->up_words[(b)])
-#define BWAITERS(r, b) (&(r)->up_words[SH_BUCKETS + (b)])
+#define BWAITERS(r, b) (&(r)->up_words[QR_BUCKETS + (b)])
 
-uint32_t sh_wait_word(const sh_region *r, uint64_t qhash)
+uint32_t qr_wait_word(const sh_region *r, uint64_t qhash)
 {
-    return atomic_load(BUCKET(r, qhash % SH_BUCKETS));
+    return atomic_load(BUCKET(r, qhash % QR_BUCKETS));
 }
 
-int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
+int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
 {
-    size_t b = qhash % SH_BUCKETS;
+    size_t b = qhash % QR_BUCKETS;
     atomic_fetch_add(BWAITERS(r, b), 1);
     int rc = sh_futex_wait(BUCKET(r, b), word, timeout);
     atomic_fetch_sub(BWAITERS(r, b), 1);
     return rc;
 }
 
-void sh_wake(sh_region *r, uint64_t qhash)
+void qr_wake(sh_region *r, uint64_t qhash)
 {
-    size_t b = qhash % SH_BUCKETS;
+    size_t b = qhash % QR_BUCKETS;
     atomic_fetch_add(BUCKET(r, b), 1);
     if (atomic_load(BWAITERS(r, b)))
         sh_futex_wake(BUCKET(r, b), INT_MAX);
 }
 
-void sh_wake_all(sh_region *r)
+void qr_wake_all(sh_region *r)
 {
-    for (size_t b = 0; b < SH_BUCKETS; b++) {
+    for (size_t b = 0; b < QR_BUCKETS; b++) {
         atomic_fetch_add(BUCKET(r, b), 1);
         if (atomic_load(BWAITERS(r, b)))
             sh_futex_wake(BUCKET(r, b), INT_MAX);
@@ -55,28 +55,28 @@ void sh_wake_all(sh_region *r)
  * lock (lengths) retry instead of seeing a half-moved entry; the first
  * change after a holder died halfway through one (up_seq odd) repairs the
  * tables (repair_torn). */
-_Static_assert(SH_RES_CAP * sizeof(sh_res) + SH_QCAP * sizeof(sh_qent) == SH_UP_BYTES,
+_Static_assert(QR_RES_CAP * sizeof(qr_res) + QR_QCAP * sizeof(qr_qent) == SH_UP_BYTES,
                "the tables fill the region's room for them exactly");
-_Static_assert(_Alignof(sh_res) <= 8 && _Alignof(sh_qent) <= 8, "the room is 8-aligned");
-#define RES(r) ((sh_res *)(r)->up_area)
-#define QTAB(r) ((sh_qent *)(void *)((uint8_t *)(r)->up_area + SH_RES_CAP * sizeof(sh_res)))
+_Static_assert(_Alignof(qr_res) <= 8 && _Alignof(qr_qent) <= 8, "the room is 8-aligned");
+#define RES(r) ((qr_res *)(r)->up_area)
+#define QTAB(r) ((qr_qent *)(void *)((uint8_t *)(r)->up_area + QR_RES_CAP * sizeof(qr_res)))
 
 /* An item is (queue, id): a published payload has one id in several queues. */
 static size_t res_home2(uint64_t id, uint64_t qh)
 {
     return (size_t)(((id ^ (qh * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull) >> 48) &
-           (SH_RES_CAP - 1);
+           (QR_RES_CAP - 1);
 }
 static uint64_t qkey(uint64_t qhash) { return qhash ? qhash : 1; }
-static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull) >> 52) & (SH_QCAP - 1); }
+static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull) >> 52) & (QR_QCAP - 1); }
 
-const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id)
+const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id)
 {
     if (!r->up_area)
         return NULL;    /* a handle without a region (read-only media) */
     uint64_t k = qkey(qhash);
     size_t i = res_home2(id, k);
-    for (size_t n = 0; n < SH_RES_CAP; n++, i = (i + 1) & (SH_RES_CAP - 1)) {
+    for (size_t n = 0; n < QR_RES_CAP; n++, i = (i + 1) & (QR_RES_CAP - 1)) {
         if (RES(r)[i].id == id && RES(r)[i].qhash == k)
             return &RES(r)[i];
         if (RES(r)[i].id == 0)
@@ -85,11 +85,11 @@ const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id)
     return NULL;
 }
 
-static sh_qent *q_find(const sh_region *r, uint64_t qhash)
+static qr_qent *q_find(const sh_region *r, uint64_t qhash)
 {
     uint64_t k = qkey(qhash);
     size_t i = q_home(k);
-    for (size_t n = 0; n < SH_QCAP; n++, i = (i + 1) & (SH_QCAP - 1)) {
+    for (size_t n = 0; n < QR_QCAP; n++, i = (i + 1) & (QR_QCAP - 1)) {
         if (QTAB(r)[i].qhash == k)
             return &QTAB(r)[i];
         if (QTAB(r)[i].qhash == 0)
@@ -98,9 +98,9 @@ static sh_qent *q_find(const sh_region *r, uint64_t qhash)
     return NULL;
 }
 
-int sh_res_room(const sh_region *r, uint64_t n)
+int qr_room(const sh_region *r, uint64_t n)
 {
-    return *r->up_count + n <= SH_RES_CAP / 4 * 3;
+    return *r->up_count + n <= QR_RES_CAP / 4 * 3;
 }
 
 #define NRES(r) (*(r)->up_count)
@@ -110,41 +110,41 @@ static void seq_close(sh_region *r) { atomic_fetch_add(r->up_seq, 1); }
 
 static void repair_torn(sh_region *r);
 
-/* sh_res_add for the handle of slot and gen. */
+/* qr_add for the handle of slot and gen. */
 static int res_add_as(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
                       uint64_t deadline_ns, uint32_t slot, uint32_t gen)
 {
-    if (!sh_res_room(r, 1) || id == 0)
+    if (!qr_room(r, 1) || id == 0)
         return QS_FULL;
     uint64_t k = qkey(qhash);
-    sh_qent *q = q_find(r, k);
+    qr_qent *q = q_find(r, k);
     seq_open(r);
     if (!q) {
         size_t i = q_home(k), n;
-        for (n = 0; n < SH_QCAP && QTAB(r)[i].qhash; n++)
-            i = (i + 1) & (SH_QCAP - 1);
-        if (n == SH_QCAP) {
+        for (n = 0; n < QR_QCAP && QTAB(r)[i].qhash; n++)
+            i = (i + 1) & (QR_QCAP - 1);
+        if (n == QR_QCAP) {
             seq_close(r);
             return QS_FULL;
         }
         q = &QTAB(r)[i];
-        *q = (sh_qent){k, 0, 0};
+        *q = (qr_qent){k, 0, 0};
     }
     size_t i = res_home2(id, k);
     while (RES(r)[i].id && !(RES(r)[i].id == id && RES(r)[i].qhash == k))
-        i = (i + 1) & (SH_RES_CAP - 1);
+        i = (i + 1) & (QR_RES_CAP - 1);
     if (RES(r)[i].id == 0) {
         q->count++;
         NRES(r)++;
     }
-    RES(r)[i] = (sh_res){id, k, token, deadline_ns, slot, gen};
+    RES(r)[i] = (qr_res){id, k, token, deadline_ns, slot, gen};
     if (deadline_ns && (!q->min_deadline_ns || deadline_ns < q->min_deadline_ns))
         q->min_deadline_ns = deadline_ns;
     seq_close(r);
     return 0;
 }
 
-int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
+int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
 {
     repair_torn(r);
     return res_add_as(r, id, qhash, token, deadline_ns, r->slot, r->gen);
@@ -172,7 +172,7 @@ int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64
 
 static void q_drop_one(sh_region *r, uint64_t k)
 {
-    sh_qent *q = q_find(r, k);
+    qr_qent *q = q_find(r, k);
     if (!q)
         return;
     if (q->count > 1) {
@@ -180,21 +180,21 @@ static void q_drop_one(sh_region *r, uint64_t k)
         return;
     }
     size_t i = (size_t)(q - QTAB(r));
-    SHIFT_DELETE(QTAB(r), SH_QCAP, i, qhash, QENT_HOME);
+    SHIFT_DELETE(QTAB(r), QR_QCAP, i, qhash, QENT_HOME);
 }
 
 static void res_delete_at(sh_region *r, size_t i)
 {
     uint64_t k = RES(r)[i].qhash;
-    SHIFT_DELETE(RES(r), SH_RES_CAP, i, id, RES_HOME);
+    SHIFT_DELETE(RES(r), QR_RES_CAP, i, id, RES_HOME);
     q_drop_one(r, k);
     NRES(r)--;
 }
 
-void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id)
+void qr_del(sh_region *r, uint64_t qhash, uint64_t id)
 {
     repair_torn(r);
-    const sh_res *e = sh_res_find(r, qhash, id);
+    const qr_res *e = qr_find(r, qhash, id);
     if (!e)
         return;
     seq_open(r);
@@ -202,7 +202,7 @@ void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id)
     seq_close(r);
 }
 
-uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
+uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
 {
     if (!r->up_area) {
         if (min_deadline_ns)
@@ -213,7 +213,7 @@ uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline
         uint32_t s1 = atomic_load(r->up_seq);
         uint64_t n = 0, md = 0;
         if (!(s1 & 1) || spins > 1000) {
-            const sh_qent *q = q_find(r, qhash);
+            const qr_qent *q = q_find(r, qhash);
             if (q) {
                 n = q->count;
                 md = q->min_deadline_ns;
@@ -232,23 +232,23 @@ uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline
 
 #define SWEEP_NS 100000000ull
 
-int sh_res_sweep_due(const sh_region *r)
+int qr_sweep_due(const sh_region *r)
 {
     return sh_now_ns() - atomic_load(&r->up_clock_ns) > SWEEP_NS;
 }
 
-int sh_res_mine(const sh_region *r, const sh_res *e)
+int qr_mine(const sh_region *r, const qr_res *e)
 {
     return e->slot == r->slot && e->gen == r->gen;
 }
 
 /* Whether entry e's holder is gone: its slot was taken again (another
  * generation) or nobody holds the slot's lock. */
-static int holder_gone(const sh_region *r, const sh_res *e, uint8_t *dead)
+static int holder_gone(const sh_region *r, const qr_res *e, uint8_t *dead)
 {
     if (e->slot >= SH_SLOTS)
         return 1;
-    if (sh_res_mine(r, e))
+    if (qr_mine(r, e))
         return 0;
     if (sh_slot_gen(r, e->slot) != e->gen)
         return 1;
@@ -257,11 +257,11 @@ static int holder_gone(const sh_region *r, const sh_res *e, uint8_t *dead)
     return dead[e->slot] == 2;
 }
 
-uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force)
+uint64_t qr_expire(sh_region *r, uint64_t qhash, int force)
 {
     repair_torn(r);
     uint64_t k = qkey(qhash), md = 0;
-    uint64_t n = sh_res_count(r, k, &md);
+    uint64_t n = qr_count(r, k, &md);
     if (!n)
         return 0;
     uint64_t now = sh_now_ns();
@@ -274,8 +274,8 @@ uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force)
     uint8_t dead[SH_SLOTS] = {0};
     uint64_t dropped = 0, new_md = 0;
     seq_open(r);
-    for (size_t i = 0; i < SH_RES_CAP;) {
-        sh_res *e = &RES(r)[i];
+    for (size_t i = 0; i < QR_RES_CAP;) {
+        qr_res *e = &RES(r)[i];
         if (e->id == 0 || e->qhash != k) {
             i++;
             continue;
@@ -289,23 +289,23 @@ uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force)
             new_md = e->deadline_ns;
         i++;
     }
-    sh_qent *q = q_find(r, k);
+    qr_qent *q = q_find(r, k);
     if (q)
         q->min_deadline_ns = new_md;
     seq_close(r);
     return dropped;
 }
 
-void sh_res_drop_mine(sh_region *r)
+void qr_drop_mine(sh_region *r)
 {
     repair_torn(r);
     seq_open(r);
-    for (size_t i = 0; i < SH_RES_CAP;) {
-        sh_res *e = &RES(r)[i];
-        if (e->id && sh_res_mine(r, e)) {
+    for (size_t i = 0; i < QR_RES_CAP;) {
+        qr_res *e = &RES(r)[i];
+        if (e->id && qr_mine(r, e)) {
             uint64_t k = e->qhash;
             res_delete_at(r, i);
-            sh_wake(r, k);
+            qr_wake(r, k);
             continue;
         }
         i++;
@@ -318,18 +318,18 @@ void sh_res_drop_mine(sh_region *r)
  * but not cleared, or a count not yet adjusted. */
 static void res_repair(sh_region *r)
 {
-    sh_res *keep = malloc(SH_RES_CAP * sizeof *keep);
+    qr_res *keep = malloc(QR_RES_CAP * sizeof *keep);
     size_t n = 0;
-    for (size_t i = 0; keep && i < SH_RES_CAP; i++)
+    for (size_t i = 0; keep && i < QR_RES_CAP; i++)
         if (RES(r)[i].id)
             keep[n++] = RES(r)[i];
-    memset(RES(r), 0, SH_RES_CAP * sizeof *RES(r));
-    memset(QTAB(r), 0, SH_QCAP * sizeof *QTAB(r));
+    memset(RES(r), 0, QR_RES_CAP * sizeof *RES(r));
+    memset(QTAB(r), 0, QR_QCAP * sizeof *QTAB(r));
     NRES(r) = 0;
     atomic_store(r->up_seq, 0);
     for (size_t i = 0; i < n; i++) {
-        sh_res e = keep[i];
-        if (!sh_res_find(r, e.qhash, e.id))  /* re-added under its holder's name */
+        qr_res e = keep[i];
+        if (!qr_find(r, e.qhash, e.id))  /* re-added under its holder's name */
             res_add_as(r, e.id, e.qhash, e.token, e.deadline_ns, e.slot, e.gen);
     }
     free(keep);     /* without memory the reservations are dropped: the

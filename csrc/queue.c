@@ -15,7 +15,7 @@
  * In memory, per handle, a registry of the queues used: each one's exact
  * length (so qs_queue_len is O(1)) and the open transaction's reservation
  * changes (sorted by id).  Committed reservations of every handle, in every
- * process, live in the shared region (shm.c): so a reserved item is hidden
+ * process, live in the shared region (qres.c): so a reserved item is hidden
  * from all consumers, and lengths count them everywhere.  Blocked readers
  * sleep on the region's wake-up word of their queue.  Everything here is
  * guarded by the casket's operation mutex; the region's reservations
@@ -111,7 +111,7 @@ void qq_free(qs_casket *c)
 void qq_wake_all(qs_casket *c)
 {
     if (c->shared)
-        sh_wake_all(&c->sh);
+        qr_wake_all(&c->sh);
 }
 
 void qq_refresh(qs_casket *c)
@@ -124,7 +124,7 @@ void qq_refresh(qs_casket *c)
 
 void qq_close(qs_casket *c)
 {
-    sh_res_drop_mine(&c->sh);
+    qr_drop_mine(&c->sh);
 }
 
 static int registry_grow(qq_registry *r)
@@ -275,7 +275,7 @@ static void touch(qs_casket *c, qq_queue *q)
 /* Items of q may have become available: wake its readers everywhere. */
 static void wake(qs_casket *c, qq_queue *q)
 {
-    sh_wake(&c->sh, q->hash);
+    qr_wake(&c->sh, q->hash);
 }
 
 /* ---- reservations ------------------------------------------------------------ */
@@ -333,7 +333,7 @@ static void recompute_deadline(qq_queue *q)
  * transaction: their item is already gone in the writer's view). */
 static void expire(qs_casket *c, qq_queue *q)
 {
-    if (cs_owns(c) && sh_res_expire(&c->sh, q->hash, 0))
+    if (cs_owns(c) && qr_expire(&c->sh, q->hash, 0))
         wake(c, q);
     if (isinf(q->min_deadline))
         return;     /* no lease of ours runs (the usual case: skip the clock) */
@@ -386,8 +386,8 @@ static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
  * has not acknowledged in the open transaction. */
 static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t token)
 {
-    const sh_res *e = sh_res_find(&c->sh, q->hash, id);
-    if (!e || !sh_res_mine(&c->sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
+    const qr_res *e = qr_find(&c->sh, q->hash, id);
+    if (!e || !qr_mine(&c->sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
         return QS_NOTRESERVED;
     size_t i = mark_lower(q, id);
     if (i < q->nm && q->m[i].id == id)
@@ -404,7 +404,7 @@ static int hidden(qs_casket *c, const qq_queue *q, uint64_t id)
         if (i < q->nm && q->m[i].id == id)
             return 1;
     }
-    return sh_res_find(&c->sh, q->hash, id) != NULL;
+    return qr_find(&c->sh, q->hash, id) != NULL;
 }
 
 /* Items available to get in a view: the tree's items minus the committed
@@ -413,7 +413,7 @@ static int hidden(qs_casket *c, const qq_queue *q, uint64_t id)
  * writer's view while their shared entries remain until commit. */
 static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
 {
-    int64_t shared = (int64_t)sh_res_count(&c->sh, q->hash ? q->hash : 1, NULL);
+    int64_t shared = (int64_t)qr_count(&c->sh, q->hash ? q->hash : 1, NULL);
     int64_t n = (int64_t)q->clen - shared;
     if (wview) {
         int64_t made = 0, acked_shared = 0;
@@ -442,9 +442,9 @@ void qq_txn_end(qs_casket *c, int committed)
             if (committed && m->flags == M_NEW) {
                 /* room was checked when it was made (see take_fn) */
                 uint64_t dl = isinf(m->deadline) ? 0 : (uint64_t)(m->deadline * 1e9);
-                sh_res_add(&c->sh, m->id, q->hash, m->token, dl ? dl : 0);
+                qr_add(&c->sh, m->id, q->hash, m->token, dl ? dl : 0);
             } else if (committed && m->flags == M_ACKED)
-                sh_res_del(&c->sh, q->hash, m->id);
+                qr_del(&c->sh, q->hash, m->id);
             else if (!committed && (m->flags & M_NEW))
                 back = 1;
         }
@@ -651,7 +651,7 @@ static int first_free(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t from, bt_p
 {
     bt_key pk = {q->key, q->klen, from};
     int rc = bt_seek_ge(bt, &pk, path);
-    int any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
+    int any = q->nm || qr_count(&c->sh, q->hash, NULL);
     while (rc == 0) {
         int eq;
         if ((rc = bt_key_is(bt, path, q->key, q->klen, &eq)) != 0)
@@ -968,20 +968,20 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     qq_queue *q;
     /* Read first: a commit after this point changes it, so a waiter
      * cannot miss the items that commit brings. */
-    a->word = sh_wait_word(&c->sh, a->hash);
+    a->word = qr_wait_word(&c->sh, a->hash);
     int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc)
         return rc;
     /* A reservation is shared at commit; the room for it is claimed now. */
-    if (a->reserve && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+    if (a->reserve && !qr_room(&c->sh, txn_new_marks(c->queues) + 1))
         return QS_RESFULL;
     bt_path path;
     uint64_t id, from = 1;
-    int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
+    int kept = 0, any = q->nm || qr_count(&c->sh, q->hash, NULL);
     while (a->out.n < a->max) {
         /* A batch of reservations stops where the room ends (the first
          * item's room was checked above, so a batch holds at least one). */
-        if (a->reserve && a->out.n && !sh_res_room(&c->sh, txn_new_marks(c->queues) + 1))
+        if (a->reserve && a->out.n && !qr_room(&c->sh, txn_new_marks(c->queues) + 1))
             break;
         /* path is on the candidate: the record after the one just taken
          * (kept), or the first at or after `from` */
@@ -1062,7 +1062,7 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
             return QS_NOTFOUND;
         double until = deadline;
         uint64_t lease_ns = 0;
-        if (sh_res_count(&c->sh, a->hash, &lease_ns)) {
+        if (qr_count(&c->sh, a->hash, &lease_ns)) {
             /* Items are reserved: wake when the first lease ends, and now
              * and then to notice a holder that died. */
             double lease_end = lease_ns ? (double)lease_ns * 1e-9 : INFINITY;
@@ -1074,7 +1074,7 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
         /* A signal ends the wait with nothing taken: a handler the caller
          * installed (Python's for Ctrl-C) must get to run, and the caller
          * calls again with the time left if it wants to go on. */
-        if (sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR) {
+        if (qr_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR) {
             double left = deadline - cs_now();
             wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
             return QS_INTR;
@@ -1160,9 +1160,9 @@ static int expire_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 static void settle(qs_casket *c, const uint8_t *key, uint32_t klen)
 {
     uint64_t lease_ns = 0;
-    if (c->readonly || !sh_res_count(&c->sh, hash_bytes(key, klen), &lease_ns))
+    if (c->readonly || !qr_count(&c->sh, hash_bytes(key, klen), &lease_ns))
         return;
-    if ((lease_ns && lease_ns <= sh_now_ns()) || sh_res_sweep_due(&c->sh)) {
+    if ((lease_ns && lease_ns <= sh_now_ns()) || qr_sweep_due(&c->sh)) {
         ack_args a = {key, klen, 0, 0, 0};
         cs_write_try(c, expire_fn, &a);
     }
@@ -1361,7 +1361,7 @@ static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         mark_remove(q, mi);
         recompute_deadline(q);
     } else if ((rc = find_shared(c, q, a->id, a->token)) == 0)
-        sh_res_del(&c->sh, q->hash, a->id);
+        qr_del(&c->sh, q->hash, a->id);
     else
         return rc;
     wake(c, q);

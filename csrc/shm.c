@@ -23,7 +23,7 @@
 struct sh_header {
     char magic[8];
     uint32_t version, nslots;
-    uint32_t up_shape[3];           /* SH_UP_SHAPE */
+    uint32_t up_shape[3];           /* SH_UP_SHAPE_A..C */
     uint32_t pad;
     uint64_t size;
     uint64_t check;                 /* of the fields above */
@@ -149,7 +149,7 @@ static void layout(sh_region *r)
     r->up_area = r->base + OFF_UP;
 }
 
-static const uint32_t up_shape[3] = SH_UP_SHAPE;
+static const uint32_t up_shape[3] = {SH_UP_SHAPE_A, SH_UP_SHAPE_B, SH_UP_SHAPE_C};
 
 static int valid(const sh_region *r)
 {

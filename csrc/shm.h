@@ -1,7 +1,8 @@
 /* shm.h -- the region processes share beside a casket, NAME-shm (sh_
  * prefix): who is attached, the cross-process write lock, the checkpoint
- * guard, the newest commit, wake-up words for blocked queue readers, and
- * the reservations of queue items.
+ * guard, snapshot pins, the newest commit, and room for the layer above
+ * (the queue module keeps its wake-up words and reservations there, qres.h)
+ * that this module maps but never reads.
  *
  * The file is mapped MAP_SHARED by every handle on the casket.  Locks are
  * open-file-description (OFD) record locks on bytes of it, so the kernel
@@ -15,8 +16,8 @@
  * make operations fail, never read or write outside the mapping.
  *
  * Not thread-safe by itself: casket.c calls the op guard under its
- * operation mutex and the write-lock and reservation calls while holding
- * its in-process write lock. */
+ * operation mutex and the write-lock calls while holding its in-process
+ * write lock. */
 #ifndef QS_SHM_H
 #define QS_SHM_H
 #include <stdatomic.h>
@@ -31,12 +32,14 @@
  * region, and reads none of it.  In the header page: a seqlock word
  * (up_seq), a counter (up_count) and SH_UP_WORDS futex words; after the
  * slots, SH_UP_BYTES bytes, 8-aligned (up_area).  Their sizes, and the three
- * numbers of SH_UP_SHAPE that the layer above checks against its own, are
+ * numbers SH_UP_SHAPE_A..C that the layer above checks against its own, are
  * part of the region's format: the header records the shape and an attach
  * refuses a region of another one. */
 #define SH_UP_WORDS 512
 #define SH_UP_BYTES 2719744u
-#define SH_UP_SHAPE {256u, 65536u, 4096u}
+#define SH_UP_SHAPE_A 256u
+#define SH_UP_SHAPE_B 65536u
+#define SH_UP_SHAPE_C 4096u
 
 typedef struct sh_slot {
     _Atomic uint32_t in_op;     /* 1 while the handle runs an operation */
