@@ -30,6 +30,11 @@
 
 #define TAG_INLINE 0
 #define TAG_SHARED 1
+static const uint8_t INLINE_PREFIX[1] = {TAG_INLINE};
+/* qs_queue_put_framed's frame, Python marshal's layout of a bytes object
+ * (format 2): the byte QS_FRAME_BYTES, then the length as 4 bytes
+ * little-endian, then the payload. */
+#define FRAME_HDR 5u
 #define KEY_QUEUE 'q'
 /* How often a reader blocked on a queue whose items others reserved looks
  * for holders that died, seconds. */
@@ -710,7 +715,8 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int valid = q->tail_ok && q->tail_mods == c->queues->mods;
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
-        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, &v);
+        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, INLINE_PREFIX,
+                           sizeof INLINE_PREFIX, &v);
         if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
     }
@@ -770,7 +776,7 @@ static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_
 static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
                        size_t vals_len, const uint32_t *lens, uint64_t *first_id)
 {
-    bt_vals v = {vals, lens};
+    bt_vals v = {vals, lens, 0};
     return put_values(c, name, nlen, n, v, check_vals(n, vals, vals_len, lens), first_id);
 }
 
@@ -780,17 +786,17 @@ static int check_frames(size_t n, const uint8_t *frames, size_t len)
 {
     if (!frames && len)
         return QS_INVAL;
-    bt_vals v = {frames, NULL};
+    bt_vals v = {frames, NULL, FRAME_HDR};
     size_t left = len;
     for (size_t i = 0; i < n; i++) {
-        if (left < BT_FRAME_HDR || v.p[0] != QS_FRAME_BYTES)
+        if (left < FRAME_HDR || v.p[0] != QS_FRAME_BYTES)
             return QS_INVAL;
         uint32_t vlen = bt_vals_len(&v);
-        if (vlen > left - BT_FRAME_HDR)
+        if (vlen > left - FRAME_HDR)
             return QS_INVAL;
         if (vlen > (uint64_t)QS_MAX_VALUE - 1)
             return QS_TOOBIG;
-        left -= BT_FRAME_HDR + vlen;
+        left -= FRAME_HDR + vlen;
         bt_vals_next(&v);
     }
     return left == 0 ? 0 : QS_INVAL;
@@ -799,7 +805,7 @@ static int check_frames(size_t n, const uint8_t *frames, size_t len)
 static int do_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
                          const void *frames, size_t frames_len, uint64_t *first_id)
 {
-    bt_vals v = {frames, NULL};
+    bt_vals v = {frames, NULL, FRAME_HDR};
     return put_values(c, name, nlen, n, v, check_frames(n, frames, frames_len), first_id);
 }
 
@@ -852,7 +858,7 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
     int rc = cs_enter_call(q->c);
     if (rc == 0) {
         uint32_t len = (uint32_t)vlen;
-        bt_vals v = {val, &len};
+        bt_vals v = {val, &len, 0};
         uint64_t id = 0;
         rc = put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
