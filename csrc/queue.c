@@ -678,17 +678,6 @@ static bt_ctx queue_ctx(bt_ctx *bt)
     return q;
 }
 
-/* The next item id, from the writer's meta (ids start at 1). */
-static uint64_t take_id(pager *p, uint64_t n)
-{
-    pg_meta *m = &p->wmeta;
-    if (m->next_id == 0)
-        m->next_id = 1;
-    uint64_t id = m->next_id;
-    m->next_id += n;
-    return id;
-}
-
 /* ---- put ------------------------------------------------------------------- */
 
 typedef struct put_args {
@@ -709,7 +698,7 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int rc = lookup(c, a->key, a->klen, &q);
     if (rc)
         return rc;
-    uint64_t id = take_id(bt.p, a->n);
+    uint64_t id = pg_alloc_ids(bt.p, a->n);
     a->first_id = id;
     bt_vals v = a->vals;
     int valid = q->tail_ok && q->tail_mods == c->queues->mods;
@@ -883,7 +872,7 @@ static int publish_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     pub_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
-    uint64_t id = take_id(bt.p, 1);
+    uint64_t id = pg_alloc_ids(bt.p, 1);
     uint8_t key[QS_MAX_QUEUE_NAME + 1], ref = TAG_SHARED, cnt[8];
     int rc = 0;
     for (size_t i = 0; i < a->n && rc == 0; i++) {
