@@ -2559,3 +2559,18 @@ COUNTED(qs_cursor_prev, (qs_cursor *cur), cur, cur->c, do_cursor_prev, (cur))
 COUNTED(qs_cursor_get, (qs_cursor *cur, void **key, size_t *klen, void **val, size_t *vlen), cur, cur->c, do_cursor_get, (cur, key, klen, val, vlen))
 COUNTED(qs_cursor_read, (qs_cursor *cur, size_t max, int reverse, void **outp, size_t *outlen, uint64_t *count), cur, cur->c, do_cursor_read, (cur, max, reverse, outp, outlen, count))
 COUNTED(qs_cursor_out, (qs_cursor *cur), cur, cur->c, do_cursor_out, (cur))
+
+/* ---- accessors for the layers above ------------------------------------------
+ * The queue layer reads the handle through these, so struct qs_casket stays
+ * private to the files that own it.  Out of line: each is called once per
+ * operation or batch, never per item (measured with callgrind: no change). */
+
+sh_region *cs_region(qs_casket *c) { return &c->sh; }
+
+pager *cs_pager(qs_casket *c) { return &c->pg; }
+
+int cs_readonly(qs_casket *c) { return c->readonly; }
+
+int cs_shared(qs_casket *c) { return c->shared; }
+
+int cs_closing(qs_casket *c) { return atomic_load(&c->closed) != 0; }
