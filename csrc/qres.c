@@ -340,6 +340,6 @@ static void res_repair(sh_region *r)
  * half-moved: the next change, holding the write lock, repairs them. */
 static void repair_torn(sh_region *r)
 {
-    if (atomic_load(r->up_seq) & 1)
+    if (r->up_area && (atomic_load(r->up_seq) & 1))
         res_repair(r);
 }

@@ -45,7 +45,7 @@ void qr_wake_all(sh_region *r);
 
 /* ---- reservations (all changes holding the write lock) -------------------------- */
 
-/* (qr_find and qr_count also answer, with nothing reserved, for a
+/* (qr_find, qr_count and qr_expire also answer, with nothing reserved, for a
  * handle that has no region: read-only media.)  The first change after a
  * holder died halfway through one rebuilds the tables (qr_add, qr_del,
  * qr_expire and qr_drop_mine check, and every lookup_live of queue.c runs

@@ -217,6 +217,7 @@ static void no_region_reserves_nothing(void)
     uint64_t md = 1;
     CHECK(qr_find(&r, 1, 1) == NULL);
     CHECK(qr_count(&r, 1, &md) == 0 && md == 0);
+    CHECK(qr_expire(&r, 1, 1) == 0);
 }
 
 int main(void)
