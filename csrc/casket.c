@@ -2562,8 +2562,9 @@ COUNTED(qs_cursor_out, (qs_cursor *cur), cur, cur->c, do_cursor_out, (cur))
 
 /* ---- accessors for the layers above ------------------------------------------
  * The queue layer reads the handle through these, so struct qs_casket stays
- * private to the files that own it.  Out of line: each is called once per
- * operation or batch, never per item (measured with callgrind: no change). */
+ * private to the files that own it.  Out of line, and so called once per
+ * operation or batch, never per item (callgrind: queue_churn +0.13% core
+ * instructions, the other phases unchanged). */
 
 sh_region *cs_region(qs_casket *c) { return &c->sh; }
 
