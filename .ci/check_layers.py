@@ -72,6 +72,8 @@ LAYERS = {
     "cursor.c": "casket",
     "maint.c": "casket",
     "bench_seed.c": "top",
+    "qres.h": "queue",
+    "qres.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
     "fuzz_open.c": "top",
@@ -95,6 +97,7 @@ PREFIXES = {
     "cs_": "casket",
     "qs_": "casket",
     "qq_": "queue",
+    "qr_": "queue",
     "qs_queue_": "queue",
 }
 

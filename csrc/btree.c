@@ -1058,12 +1058,14 @@ int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, s
 }
 
 int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uint32_t klen,
-                  uint64_t seq0, size_t n, uint8_t tag, bt_vals *vals)
+                  uint64_t seq0, size_t n, const uint8_t *prefix, uint32_t plen,
+                  bt_vals *vals)
 {
     int valid = *validp && path->depth > 0, rc;
     size_t i = 0;
     *validp = 0;
     uint8_t cell[MAX_CELL];
+    uint32_t head = L_DATA + klen + plen;   /* a cell's bytes before its value */
     while (i < n) {
         bt_key pk = {key, klen, seq0 + i};
         if (!valid) {
@@ -1079,18 +1081,26 @@ int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uin
             if ((rc = path_write(c, path, leaf, &pg)) != 0)
                 return rc;
             uint32_t at = (uint32_t)path->idx[leaf], added = 0;
-            while (i < n) {
-                uint32_t vlen = bt_vals_len(vals), size = L_DATA + klen + 1 + vlen;
-                if (size > MAX_LOCAL)
-                    break;
+            /* What every cell of the run shares is written once (a key
+             * and prefix too long for a cell leave the loop below at
+             * once: the general insert handles them). */
+            if (head <= MAX_LOCAL) {
                 wr16(cell + L_KLEN, (uint16_t)klen);
                 wr16(cell + L_FLAGS, 0);
-                wr32(cell + L_VLEN, vlen + 1);
-                wr64(cell + L_SEQ, seq0 + i);
                 memcpy(cell + L_DATA, key, klen);
-                cell[L_DATA + klen] = tag;
+                if (plen == 1)
+                    cell[L_DATA + klen] = prefix[0];  /* the usual: a store, no call */
+                else if (plen)
+                    memcpy(cell + L_DATA + klen, prefix, plen);
+            }
+            while (i < n) {
+                uint32_t vlen = bt_vals_len(vals), size = head + vlen;
+                if (size > MAX_LOCAL)
+                    break;
+                wr32(cell + L_VLEN, plen + vlen);
+                wr64(cell + L_SEQ, seq0 + i);
                 if (vlen)
-                    memcpy(cell + L_DATA + klen + 1, bt_vals_data(vals), vlen);
+                    memcpy(cell + head, bt_vals_data(vals), vlen);
                 if (!node_put(pg, at, cell, size))
                     break;
                 bt_vals_next(vals);
@@ -1113,15 +1123,17 @@ int bt_append_run(bt_ctx *c, bt_path *path, int *validp, const uint8_t *key, uin
          * value that fits a cell goes through the cell buffer (a split
          * comes every leaf or so); only an overflow value is allocated. */
         uint32_t vlen = bt_vals_len(vals);
-        uint8_t *one = (size_t)vlen + 1 <= sizeof cell ? cell : malloc((size_t)vlen + 1);
+        size_t total = (size_t)plen + vlen;
+        uint8_t *one = total <= sizeof cell ? cell : malloc(total);
         if (!one)
             return QS_NOMEM;
-        one[0] = tag;
+        if (plen)
+            memcpy(one, prefix, plen);
         if (vlen)
-            memcpy(one + 1, bt_vals_data(vals), vlen);
+            memcpy(one + plen, bt_vals_data(vals), vlen);
         bt_key ik = {key, klen, seq0 + i};
         valid = 0;
-        rc = insert_impl(c, path, &ik, one, (size_t)vlen + 1, &valid);
+        rc = insert_impl(c, path, &ik, one, total, &valid);
         if (one != cell)
             free(one);
         if (rc)

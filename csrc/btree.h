@@ -85,28 +85,29 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
 int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen,
                    int *kept);
 
-/* The values of a run of records, in one of two layouts:
- * lens != NULL: value i is the lens[i] bytes following value i-1 at p;
- * lens == NULL: framed, each value preceded by a 5-byte frame header (one
- * byte the caller has checked, then the length as 4 bytes little-endian),
- * p at the first header.  The caller checks lengths and bounds. */
+/* The values of a run of records, one after another from p, in a layout
+ * the caller describes (the tree reads nothing else of it):
+ * lens != NULL: value i is the lens[i] bytes following value i-1;
+ * lens == NULL: each value follows a header of hdr (>= 4) bytes that ends
+ * with the value's length, 4 bytes little-endian; p is at the first header.
+ * The caller checks lengths and bounds. */
 typedef struct bt_vals {
     const uint8_t *p;
     const uint32_t *lens;
+    uint32_t hdr;
 } bt_vals;
-#define BT_FRAME_HDR 5u
 
 static inline uint32_t bt_vals_len(const bt_vals *v)
 {
     if (v->lens)
         return *v->lens;
-    const uint8_t *h = v->p + 1;
+    const uint8_t *h = v->p + v->hdr - 4;
     return (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
 }
 
 static inline const uint8_t *bt_vals_data(const bt_vals *v)
 {
-    return v->lens ? v->p : v->p + BT_FRAME_HDR;
+    return v->lens ? v->p : v->p + v->hdr;
 }
 
 static inline void bt_vals_next(bt_vals *v)
@@ -114,19 +115,22 @@ static inline void bt_vals_next(bt_vals *v)
     if (v->lens)
         v->p += *v->lens++;
     else
-        v->p += BT_FRAME_HDR + bt_vals_len(v);
+        v->p += v->hdr + bt_vals_len(v);
 }
 
-/* Inserts the n records (key, seq0 + i) -> [tag][value i], the values taken
- * from *vals (left after the last one on success), in one pass: leaves are
- * filled in place and the counts above each updated once.  The records
+/* Inserts the n records (key, seq0 + i) -> the plen bytes of prefix (the
+ * same for each: a layout of the caller's) followed by value i, the values
+ * taken from *vals (left after the last one on success), in one pass:
+ * leaves are filled in place and the counts above each updated once.  The
+ * caller checks that plen plus each value's length fits a value.  The records
  * must all sort after every record of key and before the next key (as
  * appending ids to a queue does).  *path is used without seeking when
  * *valid (the caller vouches that it is where the first record goes: the
  * tree unchanged since a previous call left it there); on success *valid
  * says whether *path is left just past the last record inserted. */
 int bt_append_run(bt_ctx *c, bt_path *path, int *valid, const uint8_t *key, uint32_t klen,
-                  uint64_t seq0, size_t n, uint8_t tag, bt_vals *vals);
+                  uint64_t seq0, size_t n, const uint8_t *prefix, uint32_t plen,
+                  bt_vals *vals);
 
 /* Appends a value to key, with the file's next sequence number (so after
  * every value the key has).  *seq_out (may be NULL) gets it. */

@@ -400,3 +400,19 @@ int qs_close(qs_casket *c)
     cs_free(c);
     return rc;
 }
+
+/* ---- accessors for the layers above ------------------------------------------
+ * The queue layer reads the handle through these, so struct qs_casket stays
+ * private to the files that own it.  Out of line, and so called once per
+ * operation or batch, never per item (callgrind: queue_churn +0.13% core
+ * instructions, the other phases unchanged). */
+
+sh_region *cs_region(qs_casket *c) { return &c->sh; }
+
+pager *cs_pager(qs_casket *c) { return &c->pg; }
+
+int cs_readonly(qs_casket *c) { return c->readonly; }
+
+int cs_shared(qs_casket *c) { return c->shared; }
+
+int cs_closing(qs_casket *c) { return atomic_load(&c->closed) != 0; }

@@ -207,4 +207,21 @@ static inline int cs_return(qs_casket *c, int rc)
     return rc;
 }
 
+/* ---- accessors for the layers above (the queue layer reads the handle
+ * through these, not through struct qs_casket's fields) ---- */
+
+/* The handle's shared region (its room for the queue's reservations and
+ * wake-up words; unmapped, all NULL, without one: read-only media). */
+sh_region *cs_region(qs_casket *c);
+/* The handle's pager, for a tree context in the committed view (wview 0)
+ * while the operation mutex is held. */
+pager *cs_pager(qs_casket *c);
+/* Whether the handle was opened read-only. */
+int cs_readonly(qs_casket *c);
+/* Whether the handle works with other handles through its region (0 only
+ * for compaction's private scratch casket). */
+int cs_shared(qs_casket *c);
+/* Whether qs_shutdown has begun: new calls are refused and waits end. */
+int cs_closing(qs_casket *c);
+
 #endif

@@ -146,6 +146,21 @@ int pg_alloc(pager *p, uint32_t *pgno, uint8_t **out);
 /* Puts pgno on the free list.  Returns 0 or an error as pg_write. */
 int pg_free(pager *p, uint32_t pgno);
 
+/* Takes n (>= 1) consecutive ids from the casket's id counter (meta
+ * next_id, the queue module's item ids) in the writer's view, inside a
+ * transaction: returns the first, >= 1 (ids start at 1).  The counter
+ * commits with the transaction; an abort gives the ids back.  (Inline:
+ * a single put takes one id.) */
+static inline uint64_t pg_alloc_ids(pager *p, uint64_t n)
+{
+    pg_meta *m = &p->wmeta;
+    if (m->next_id == 0)
+        m->next_id = 1;
+    uint64_t id = m->next_id;
+    m->next_id += n;
+    return id;
+}
+
 /* Ends an operation: evicts committed images over budget and, when
  * is_writer, spills dirty pages over budget to the log.  Returns 0 or the
  * spill's error (the transaction must then be aborted). */

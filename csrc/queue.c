@@ -15,12 +15,13 @@
  * In memory, per handle, a registry of the queues used: each one's exact
  * length (so qs_queue_len is O(1)) and the open transaction's reservation
  * changes (sorted by id).  Committed reservations of every handle, in every
- * process, live in the shared region (shm.c): so a reserved item is hidden
+ * process, live in the shared region (qres.c): so a reserved item is hidden
  * from all consumers, and lengths count them everywhere.  Blocked readers
  * sleep on the region's wake-up word of their queue.  Everything here is
  * guarded by the casket's operation mutex; the region's reservations
  * change only under the write lock. */
 #include "queue.h"
+#include "qres.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +30,11 @@
 
 #define TAG_INLINE 0
 #define TAG_SHARED 1
+static const uint8_t INLINE_PREFIX[1] = {TAG_INLINE};
+/* qs_queue_put_framed's frame, Python marshal's layout of a bytes object
+ * (format 2): the byte QS_FRAME_BYTES, then the length as 4 bytes
+ * little-endian, then the payload. */
+#define FRAME_HDR 5u
 #define KEY_QUEUE 'q'
 /* How often a reader blocked on a queue whose items others reserved looks
  * for holders that died, seconds. */
@@ -113,8 +119,8 @@ static void qq_free(qs_casket *c, void *state)
 static void qq_wake_all(qs_casket *c, void *state)
 {
     (void)state;
-    if (c->shared)
-        sh_wake_all(&c->sh);
+    if (cs_shared(c))
+        qr_wake_all(cs_region(c));
 }
 
 static void qq_refresh(qs_casket *c, void *state)
@@ -128,7 +134,7 @@ static void qq_refresh(qs_casket *c, void *state)
 static void qq_close(qs_casket *c, void *state)
 {
     (void)state;
-    sh_res_drop_mine(&c->sh);
+    qr_drop_mine(cs_region(c));
 }
 
 static int registry_grow(qq_registry *r)
@@ -176,7 +182,7 @@ static void sweep_idle(qq_registry *r)
 /* Records of key in the committed tree. */
 static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint64_t *n)
 {
-    bt_ctx bt = {&c->pg, 0, NS_QUEUE};
+    bt_ctx bt = {cs_pager(c), 0, NS_QUEUE};
     bt_key lo = {key, klen, 0}, hi = {key, klen, UINT64_MAX};
     uint64_t a, b;
     int rc = bt_rank(&bt, &lo, &a);
@@ -281,7 +287,7 @@ static void touch(qs_casket *c, qq_queue *q)
 /* Items of q may have become available: wake its readers everywhere. */
 static void wake(qs_casket *c, qq_queue *q)
 {
-    sh_wake(&c->sh, q->hash);
+    qr_wake(cs_region(c), q->hash);
 }
 
 /* ---- reservations ------------------------------------------------------------ */
@@ -339,7 +345,7 @@ static void recompute_deadline(qq_queue *q)
  * transaction: their item is already gone in the writer's view). */
 static void expire(qs_casket *c, qq_queue *q)
 {
-    if (cs_owns(c) && sh_res_expire(&c->sh, q->hash, 0))
+    if (cs_owns(c) && qr_expire(cs_region(c), q->hash, 0))
         wake(c, q);
     if (isinf(q->min_deadline))
         return;     /* no lease of ours runs (the usual case: skip the clock) */
@@ -392,8 +398,9 @@ static int find_mark(const qq_queue *q, uint64_t id, uint64_t token, size_t *at)
  * has not acknowledged in the open transaction. */
 static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t token)
 {
-    const sh_res *e = sh_res_find(&c->sh, q->hash, id);
-    if (!e || !sh_res_mine(&c->sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
+    const sh_region *sh = cs_region(c);
+    const qr_res *e = qr_find(sh, q->hash, id);
+    if (!e || !qr_mine(sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
         return QS_NOTRESERVED;
     size_t i = mark_lower(q, id);
     if (i < q->nm && q->m[i].id == id)
@@ -403,14 +410,14 @@ static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t to
 
 /* Whether id is hidden from takers: reserved by anyone (committed), or by
  * the open transaction. */
-static int hidden(qs_casket *c, const qq_queue *q, uint64_t id)
+static int hidden(const sh_region *sh, const qq_queue *q, uint64_t id)
 {
     if (q->nm) {
         size_t i = mark_lower(q, id);
         if (i < q->nm && q->m[i].id == id)
             return 1;
     }
-    return sh_res_find(&c->sh, q->hash, id) != NULL;
+    return qr_find(sh, q->hash, id) != NULL;
 }
 
 /* Items available to get in a view: the tree's items minus the committed
@@ -419,7 +426,7 @@ static int hidden(qs_casket *c, const qq_queue *q, uint64_t id)
  * writer's view while their shared entries remain until commit. */
 static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
 {
-    int64_t shared = (int64_t)sh_res_count(&c->sh, q->hash ? q->hash : 1, NULL);
+    int64_t shared = (int64_t)qr_count(cs_region(c), q->hash ? q->hash : 1, NULL);
     int64_t n = (int64_t)q->clen - shared;
     if (wview) {
         int64_t made = 0, acked_shared = 0;
@@ -446,9 +453,9 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
             if (committed && m->flags == M_NEW) {
                 /* room was checked when it was made (see take_fn) */
                 uint64_t dl = isinf(m->deadline) ? 0 : (uint64_t)(m->deadline * 1e9);
-                sh_res_add(&c->sh, m->id, q->hash, m->token, dl ? dl : 0);
+                qr_add(cs_region(c), m->id, q->hash, m->token, dl ? dl : 0);
             } else if (committed && m->flags == M_ACKED)
-                sh_res_del(&c->sh, q->hash, m->id);
+                qr_del(cs_region(c), q->hash, m->id);
             else if (!committed && (m->flags & M_NEW))
                 back = 1;
         }
@@ -667,12 +674,12 @@ static int unref(bt_ctx *bt, uint64_t id)
 
 /* Positions path on the first item of q at or after id `from` that no
  * reservation hides; *id gets its id.  QS_NOTFOUND: none. */
-static int first_free(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t from, bt_path *path,
-                      uint64_t *id)
+static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, uint64_t from,
+                      bt_path *path, uint64_t *id)
 {
     bt_key pk = {q->key, q->klen, from};
     int rc = bt_seek_ge(bt, &pk, path);
-    int any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
+    int any = q->nm || qr_count(sh, q->hash, NULL);
     while (rc == 0) {
         int eq;
         if ((rc = bt_key_is(bt, path, q->key, q->klen, &eq)) != 0)
@@ -681,7 +688,7 @@ static int first_free(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t from, bt_p
             return QS_NOTFOUND;
         if ((rc = bt_read(bt, path, NULL, NULL, 0, id)) != 0)
             return rc;
-        if (!any || !hidden(c, q, *id))
+        if (!any || !hidden(sh, q, *id))
             return 0;
         rc = bt_next(bt, path);
     }
@@ -692,17 +699,6 @@ static bt_ctx queue_ctx(bt_ctx *bt)
 {
     bt_ctx q = {bt->p, bt->wview, NS_QUEUE};
     return q;
-}
-
-/* The next item id, from the writer's meta (ids start at 1). */
-static uint64_t take_id(pager *p, uint64_t n)
-{
-    pg_meta *m = &p->wmeta;
-    if (m->next_id == 0)
-        m->next_id = 1;
-    uint64_t id = m->next_id;
-    m->next_id += n;
-    return id;
 }
 
 /* ---- put ------------------------------------------------------------------- */
@@ -725,13 +721,14 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int rc = lookup(c, a->key, a->klen, &q);
     if (rc)
         return rc;
-    uint64_t id = take_id(bt.p, a->n);
+    uint64_t id = pg_alloc_ids(bt.p, a->n);
     a->first_id = id;
     bt_vals v = a->vals;
     int valid = q->tail_ok && q->tail_mods == q->reg->mods;
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
-        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, TAG_INLINE, &v);
+        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, INLINE_PREFIX,
+                           sizeof INLINE_PREFIX, &v);
         if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
     }
@@ -791,7 +788,7 @@ static int put_values(qs_casket *c, const void *name, size_t nlen, size_t n, bt_
 static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
                        size_t vals_len, const uint32_t *lens, uint64_t *first_id)
 {
-    bt_vals v = {vals, lens};
+    bt_vals v = {vals, lens, 0};
     return put_values(c, name, nlen, n, v, check_vals(n, vals, vals_len, lens), first_id);
 }
 
@@ -801,17 +798,17 @@ static int check_frames(size_t n, const uint8_t *frames, size_t len)
 {
     if (!frames && len)
         return QS_INVAL;
-    bt_vals v = {frames, NULL};
+    bt_vals v = {frames, NULL, FRAME_HDR};
     size_t left = len;
     for (size_t i = 0; i < n; i++) {
-        if (left < BT_FRAME_HDR || v.p[0] != QS_FRAME_BYTES)
+        if (left < FRAME_HDR || v.p[0] != QS_FRAME_BYTES)
             return QS_INVAL;
         uint32_t vlen = bt_vals_len(&v);
-        if (vlen > left - BT_FRAME_HDR)
+        if (vlen > left - FRAME_HDR)
             return QS_INVAL;
         if (vlen > (uint64_t)QS_MAX_VALUE - 1)
             return QS_TOOBIG;
-        left -= BT_FRAME_HDR + vlen;
+        left -= FRAME_HDR + vlen;
         bt_vals_next(&v);
     }
     return left == 0 ? 0 : QS_INVAL;
@@ -820,7 +817,7 @@ static int check_frames(size_t n, const uint8_t *frames, size_t len)
 static int do_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
                          const void *frames, size_t frames_len, uint64_t *first_id)
 {
-    bt_vals v = {frames, NULL};
+    bt_vals v = {frames, NULL, FRAME_HDR};
     return put_values(c, name, nlen, n, v, check_frames(n, frames, frames_len), first_id);
 }
 
@@ -873,7 +870,7 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
     int rc = cs_enter_call(q->c);
     if (rc == 0) {
         uint32_t len = (uint32_t)vlen;
-        bt_vals v = {val, &len};
+        bt_vals v = {val, &len, 0};
         uint64_t id = 0;
         rc = put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
@@ -898,7 +895,7 @@ static int publish_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     pub_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
-    uint64_t id = take_id(bt.p, 1);
+    uint64_t id = pg_alloc_ids(bt.p, 1);
     uint8_t key[QS_MAX_QUEUE_NAME + 1], ref = TAG_SHARED, cnt[8];
     int rc = 0;
     for (size_t i = 0; i < a->n && rc == 0; i++) {
@@ -986,23 +983,24 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     take_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
+    sh_region *sh = cs_region(c);
     qq_queue *q;
     /* Read first: a commit after this point changes it, so a waiter
      * cannot miss the items that commit brings. */
-    a->word = sh_wait_word(&c->sh, a->hash);
+    a->word = qr_wait_word(sh, a->hash);
     int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc)
         return rc;
     /* A reservation is shared at commit; the room for it is claimed now. */
-    if (a->reserve && !sh_res_room(&c->sh, txn_new_marks(q->reg) + 1))
+    if (a->reserve && !qr_room(sh, txn_new_marks(q->reg) + 1))
         return QS_RESFULL;
     bt_path path;
     uint64_t id, from = 1;
-    int kept = 0, any = q->nm || sh_res_count(&c->sh, q->hash, NULL);
+    int kept = 0, any = q->nm || qr_count(sh, q->hash, NULL);
     while (a->out.n < a->max) {
         /* A batch of reservations stops where the room ends (the first
          * item's room was checked above, so a batch holds at least one). */
-        if (a->reserve && a->out.n && !sh_res_room(&c->sh, txn_new_marks(q->reg) + 1))
+        if (a->reserve && a->out.n && !qr_room(sh, txn_new_marks(q->reg) + 1))
             break;
         /* path is on the candidate: the record after the one just taken
          * (kept), or the first at or after `from` */
@@ -1025,7 +1023,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             rc = QS_NOTFOUND;
         if (rc)
             break;
-        if (any && hidden(c, q, id)) {
+        if (any && hidden(sh, q, id)) {
             a->out.data.len = at;
             from = id + 1;
             if ((rc = bt_next(&bt, &path)) != 0)
@@ -1083,7 +1081,7 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
             return QS_NOTFOUND;
         double until = deadline;
         uint64_t lease_ns = 0;
-        if (sh_res_count(&c->sh, a->hash, &lease_ns)) {
+        if (qr_count(cs_region(c), a->hash, &lease_ns)) {
             /* Items are reserved: wake when the first lease ends, and now
              * and then to notice a holder that died. */
             double lease_end = lease_ns ? (double)lease_ns * 1e-9 : INFINITY;
@@ -1095,12 +1093,12 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
         /* A signal ends the wait with nothing taken: a handler the caller
          * installed (Python's for Ctrl-C) must get to run, and the caller
          * calls again with the time left if it wants to go on. */
-        if (sh_wait(&c->sh, a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR) {
+        if (qr_wait(cs_region(c), a->hash, a->word, isinf(until) ? -1.0 : until - now) == EINTR) {
             double left = deadline - cs_now();
             wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
             return QS_INTR;
         }
-        if (atomic_load(&c->closed))
+        if (cs_closing(c))
             return QS_CLOSED;
     }
 }
@@ -1181,9 +1179,9 @@ static int expire_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 static void settle(qs_casket *c, const uint8_t *key, uint32_t klen)
 {
     uint64_t lease_ns = 0;
-    if (c->readonly || !sh_res_count(&c->sh, hash_bytes(key, klen), &lease_ns))
+    if (cs_readonly(c) || !qr_count(cs_region(c), hash_bytes(key, klen), &lease_ns))
         return;
-    if ((lease_ns && lease_ns <= sh_now_ns()) || sh_res_sweep_due(&c->sh)) {
+    if ((lease_ns && lease_ns <= sh_now_ns()) || qr_sweep_due(cs_region(c))) {
         ack_args a = {key, klen, 0, 0, 0};
         cs_write_try(c, expire_fn, &a);
     }
@@ -1205,11 +1203,12 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
     if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
         return rc;
     qq_queue *q;
+    const sh_region *sh = cs_region(c);
     outbuf o = {0};
     bt_path path;
     uint64_t id, from = 1;
     if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0) {
-        while (o.n < max && (rc = first_free(c, &bt, q, from, &path, &id)) == 0) {
+        while (o.n < max && (rc = first_free(sh, &bt, q, from, &path, &id)) == 0) {
             int shared;
             if ((rc = out_begin(&o)) != 0 || (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
                 break;
@@ -1382,7 +1381,7 @@ static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         mark_remove(q, mi);
         recompute_deadline(q);
     } else if ((rc = find_shared(c, q, a->id, a->token)) == 0)
-        sh_res_del(&c->sh, q->hash, a->id);
+        qr_del(cs_region(c), q->hash, a->id);
     else
         return rc;
     wake(c, q);
@@ -1407,11 +1406,12 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int rc = lookup_live(c, a->key, a->klen, &q);
     if (rc)
         return rc;
+    const sh_region *sh = cs_region(c);
     uint64_t from = 1, id;
     a->removed = 0;
     bt_path path;
     outbuf tag = {0};
-    while ((rc = first_free(c, &bt, q, from, &path, &id)) == 0) {
+    while ((rc = first_free(sh, &bt, q, from, &path, &id)) == 0) {
         int kept;
         tag.data.len = 0;
         if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)

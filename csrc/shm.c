@@ -22,11 +22,13 @@
 
 struct sh_header {
     char magic[8];
-    uint32_t version, nslots, nbuckets, res_cap, q_cap, pad;
+    uint32_t version, nslots;
+    uint32_t up_shape[3];           /* SH_UP_SHAPE_A..C */
+    uint32_t pad;
     uint64_t size;
     uint64_t check;                 /* of the fields above */
     _Atomic uint32_t cseq;          /* seqlock over the commit fields */
-    _Atomic uint32_t rseq;          /* seqlock over the reservation tables */
+    _Atomic uint32_t up_seq;        /* the layer above's seqlock */
     _Atomic uint64_t salt, log_end, commits;
     _Atomic uint64_t next_txn;
     _Atomic uint32_t wseq;          /* bumped at each write-lock release */
@@ -38,19 +40,26 @@ struct sh_header {
                                        by a live newcomer), 0 none */
     _Atomic uint32_t ckpt_seq;      /* bumped as each checkpoint ends */
     _Atomic uint32_t ckpt_waiters;
-    uint32_t nres;                  /* reservation entries in use */
-    _Atomic uint32_t bucket[SH_BUCKETS];
-    _Atomic uint32_t bwaiters[SH_BUCKETS];
+    uint32_t up_count;              /* the layer above's counter */
+    _Atomic uint32_t up_words[SH_UP_WORDS];
 };
 
 #define OFF_SLOTS 4096
-#define OFF_RES 8192
-#define OFF_QTAB (OFF_RES + SH_RES_CAP * sizeof(sh_res))
-#define SH_SIZE_RAW (OFF_QTAB + SH_QCAP * sizeof(sh_qent))
+#define OFF_UP 8192
+#define SH_SIZE_RAW (OFF_UP + SH_UP_BYTES)
 #define SH_SIZE ((SH_SIZE_RAW + 4095) / 4096 * 4096)
 
 _Static_assert(sizeof(struct sh_header) <= OFF_SLOTS, "header fits its page");
-_Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_RES, "slots fit");
+_Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_UP, "slots fit");
+/* The layout of version 3, which other processes of the same version
+ * share: moving a field would need a new SH_VERSION. */
+_Static_assert(offsetof(struct sh_header, up_shape) == 16 &&
+               offsetof(struct sh_header, up_seq) == 52 &&
+               offsetof(struct sh_header, next_txn) == 80 &&
+               offsetof(struct sh_header, up_count) == 120 &&
+               offsetof(struct sh_header, up_words) == 124 &&
+               sizeof(struct sh_header) == 2176 && SH_SIZE == 2727936,
+               "region layout of version 3");
 
 uint64_t sh_now_ns(void)
 {
@@ -67,10 +76,7 @@ static void nap_ns(long ns)
 
 /* ---- futexes on the shared mapping (not FUTEX_PRIVATE: other processes) ---- */
 
-/* Returns EINTR when a signal handler ran during the wait (handlers
- * installed without SA_RESTART, as Python installs its own), else 0: woken,
- * timed out, or the word had already changed. */
-static int fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
+int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout)
 {
     struct timespec ts, *tp = NULL;
     if (timeout >= 0) {
@@ -85,7 +91,7 @@ static int fwait(_Atomic uint32_t *w, uint32_t val, double timeout)
     return 0;
 }
 
-static void fwake(_Atomic uint32_t *w, int n)
+void sh_futex_wake(_Atomic uint32_t *w, int n)
 {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
 }
@@ -112,9 +118,14 @@ static int byte_held(int fd, off_t at)
     return fl.l_type != F_UNLCK;
 }
 
-static int slot_alive(const sh_region *r, uint32_t i)
+int sh_slot_alive(const sh_region *r, uint32_t i)
 {
     return i == r->slot || byte_held(r->fd, BYTE_SLOT + (off_t)i);
+}
+
+uint32_t sh_slot_gen(const sh_region *r, uint32_t i)
+{
+    return atomic_load(&r->slots[i].gen);
 }
 
 /* ---- open and close ---------------------------------------------------------- */
@@ -132,16 +143,20 @@ static void layout(sh_region *r)
 {
     r->hdr = (sh_header *)(void *)r->base;
     r->slots = (sh_slot *)(void *)(r->base + OFF_SLOTS);
-    r->res = (sh_res *)(void *)(r->base + OFF_RES);
-    r->qtab = (sh_qent *)(void *)(r->base + OFF_QTAB);
+    r->up_seq = &r->hdr->up_seq;
+    r->up_count = &r->hdr->up_count;
+    r->up_words = r->hdr->up_words;
+    r->up_area = r->base + OFF_UP;
 }
+
+static const uint32_t up_shape[3] = {SH_UP_SHAPE_A, SH_UP_SHAPE_B, SH_UP_SHAPE_C};
 
 static int valid(const sh_region *r)
 {
     const struct sh_header *h = r->hdr;
     return memcmp(h->magic, SH_MAGIC, 8) == 0 && h->version == SH_VERSION &&
-           h->nslots == SH_SLOTS && h->nbuckets == SH_BUCKETS && h->res_cap == SH_RES_CAP &&
-           h->q_cap == SH_QCAP && h->size == SH_SIZE && h->check == header_check(h);
+           h->nslots == SH_SLOTS && memcmp(h->up_shape, up_shape, sizeof up_shape) == 0 &&
+           h->size == SH_SIZE && h->check == header_check(h);
 }
 
 /* Byte 0: exclusive if nobody else is attached, else shared (waiting while
@@ -323,9 +338,7 @@ void sh_init(sh_region *r, const sh_commit *cm, uint64_t next_txn)
     memcpy(h->magic, SH_MAGIC, 8);
     h->version = SH_VERSION;
     h->nslots = SH_SLOTS;
-    h->nbuckets = SH_BUCKETS;
-    h->res_cap = SH_RES_CAP;
-    h->q_cap = SH_QCAP;
+    memcpy(h->up_shape, up_shape, sizeof up_shape);
     h->size = SH_SIZE;
     h->check = header_check(h);
     atomic_store(&h->salt, cm->salt);
@@ -421,8 +434,6 @@ void sh_publish(sh_region *r, uint64_t salt, uint64_t log_end)
 
 /* ---- the write lock ------------------------------------------------------------ */
 
-static void res_repair(sh_region *r);
-
 /* The write lock is a word in the region, taken with one compare-and-swap
  * (no system call while nobody waits: a commit costs two fewer syscalls
  * than with a byte lock, a third of a one-put commit's time with sync off).
@@ -449,7 +460,7 @@ static int owner_gone(const sh_region *r, uint64_t owner)
         return 1;
     if (atomic_load(&r->slots[slot].gen) != gen)
         return 1;
-    return !slot_alive(r, slot);
+    return !sh_slot_alive(r, slot);
 }
 
 int sh_wlock(sh_region *r, double timeout, int *holder_died)
@@ -476,12 +487,10 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
             }
         }
         if (got) {
-            /* A holder killed halfway through a change leaves its seqlock
-             * odd (and, for the reservations, the tables half-moved). */
+            /* A holder killed halfway through publishing leaves the
+             * seqlock odd.  (The layer above repairs its own: up_seq.) */
             if (atomic_load(&h->cseq) & 1)
                 atomic_fetch_add(&h->cseq, 1);
-            if (atomic_load(&h->rseq) & 1)
-                res_repair(r);
             return 0;
         }
         if (owner == me)
@@ -503,7 +512,7 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
          * goes unnoticed. */
         double left = (double)(deadline - now) * 1e-9;
         atomic_fetch_add(&h->wwaiters, 1);
-        fwait(&h->wseq, seq, left < 0.02 ? left : 0.02);
+        sh_futex_wait(&h->wseq, seq, left < 0.02 ? left : 0.02);
         atomic_fetch_sub(&h->wwaiters, 1);
     }
 }
@@ -512,7 +521,7 @@ uint32_t sh_others(const sh_region *r, uint32_t *mine)
 {
     uint32_t n = 0, here = 0, pid = (uint32_t)getpid();
     for (uint32_t i = 0; i < SH_SLOTS; i++) {
-        if (i == r->slot || !slot_alive(r, i))
+        if (i == r->slot || !sh_slot_alive(r, i))
             continue;
         n++;
         here += atomic_load(&r->slots[i].pid) == pid;
@@ -537,7 +546,7 @@ void sh_wunlock(sh_region *r)
     atomic_store(&h->wowner, 0);
     atomic_fetch_add(&h->wseq, 1);
     if (atomic_load(&h->wwaiters))
-        fwake(&h->wseq, 1);
+        sh_futex_wake(&h->wseq, 1);
 }
 
 uint64_t sh_take_txn(sh_region *r, uint64_t floor)
@@ -564,7 +573,7 @@ void sh_op_enter(sh_region *r)
         if (ck == 0 || ck == me)
             return;
         atomic_store(&s->in_op, 0);
-        fwake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
+        sh_futex_wake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
         uint64_t now = sh_now_ns();
         if (!since)
             since = now;
@@ -577,7 +586,7 @@ void sh_op_enter(sh_region *r)
             continue;
         }
         atomic_fetch_add(&h->ckpt_waiters, 1);
-        fwait(&h->ckpt_seq, seq, 0.005);
+        sh_futex_wait(&h->ckpt_seq, seq, 0.005);
         atomic_fetch_sub(&h->ckpt_waiters, 1);
     }
 }
@@ -587,7 +596,7 @@ void sh_op_leave(sh_region *r)
     sh_slot *s = &r->slots[r->slot];
     atomic_store(&s->in_op, 0);
     if (atomic_load(&r->hdr->ckpt))
-        fwake(&s->in_op, 1);
+        sh_futex_wake(&s->in_op, 1);
 }
 
 int sh_ckpt_begin(sh_region *r, double max_wait)
@@ -600,7 +609,7 @@ int sh_ckpt_begin(sh_region *r, double max_wait)
             continue;
         sh_slot *s = &r->slots[i];
         for (int tries = 0; atomic_load(&s->in_op); tries++) {
-            if (tries > 0 && !slot_alive(r, i)) {
+            if (tries > 0 && !sh_slot_alive(r, i)) {
                 atomic_store(&s->in_op, 0);
                 break;
             }
@@ -608,7 +617,7 @@ int sh_ckpt_begin(sh_region *r, double max_wait)
                 sh_ckpt_end(r);
                 return QS_LOCKED;
             }
-            fwait(&s->in_op, 1, 0.001);
+            sh_futex_wait(&s->in_op, 1, 0.001);
         }
     }
     return 0;
@@ -620,7 +629,7 @@ void sh_ckpt_end(sh_region *r)
     atomic_store(&h->ckpt, 0);
     atomic_fetch_add(&h->ckpt_seq, 1);
     if (atomic_load(&h->ckpt_waiters))
-        fwake(&h->ckpt_seq, INT_MAX);
+        sh_futex_wake(&h->ckpt_seq, INT_MAX);
 }
 
 /* ---- snapshot pins ---------------------------------------------------------------- */
@@ -651,7 +660,7 @@ int sh_pins_hold(const sh_region *r, uint64_t log_bytes)
         uint64_t limit = atomic_load(&s->pin_limit);
         /* the byte lock last: a system call, only for a pin that counts */
         if (i != r->slot && limit > log_bytes && !atomic_load(&s->pin_revoked) &&
-            slot_alive(r, i))
+            sh_slot_alive(r, i))
             return 1;
     }
     return 0;
@@ -668,312 +677,4 @@ uint32_t sh_pins_revoke(sh_region *r)
         }
     }
     return n;
-}
-
-/* ---- wake-ups ---------------------------------------------------------------- */
-
-uint32_t sh_wait_word(const sh_region *r, uint64_t qhash)
-{
-    return atomic_load(&r->hdr->bucket[qhash % SH_BUCKETS]);
-}
-
-int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
-{
-    size_t b = qhash % SH_BUCKETS;
-    atomic_fetch_add(&r->hdr->bwaiters[b], 1);
-    int rc = fwait(&r->hdr->bucket[b], word, timeout);
-    atomic_fetch_sub(&r->hdr->bwaiters[b], 1);
-    return rc;
-}
-
-void sh_wake(sh_region *r, uint64_t qhash)
-{
-    size_t b = qhash % SH_BUCKETS;
-    atomic_fetch_add(&r->hdr->bucket[b], 1);
-    if (atomic_load(&r->hdr->bwaiters[b]))
-        fwake(&r->hdr->bucket[b], INT_MAX);
-}
-
-void sh_wake_all(sh_region *r)
-{
-    for (size_t b = 0; b < SH_BUCKETS; b++) {
-        atomic_fetch_add(&r->hdr->bucket[b], 1);
-        if (atomic_load(&r->hdr->bwaiters[b]))
-            fwake(&r->hdr->bucket[b], INT_MAX);
-    }
-}
-
-/* ---- reservations ---------------------------------------------------------------
- * Two open-addressing tables with linear probing and backward-shift
- * deletion: items by id, queues by hash.  Only the write-lock holder
- * changes them, inside the rseq seqlock, so readers without the lock
- * (lengths) retry instead of seeing a half-moved entry. */
-
-/* An item is (queue, id): a published payload has one id in several queues. */
-static size_t res_home2(uint64_t id, uint64_t qh)
-{
-    return (size_t)(((id ^ (qh * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull) >> 48) &
-           (SH_RES_CAP - 1);
-}
-static uint64_t qkey(uint64_t qhash) { return qhash ? qhash : 1; }
-static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull) >> 52) & (SH_QCAP - 1); }
-
-const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id)
-{
-    if (!r->base)
-        return NULL;    /* a handle without a region (read-only media) */
-    uint64_t k = qkey(qhash);
-    size_t i = res_home2(id, k);
-    for (size_t n = 0; n < SH_RES_CAP; n++, i = (i + 1) & (SH_RES_CAP - 1)) {
-        if (r->res[i].id == id && r->res[i].qhash == k)
-            return &r->res[i];
-        if (r->res[i].id == 0)
-            return NULL;
-    }
-    return NULL;
-}
-
-static sh_qent *q_find(const sh_region *r, uint64_t qhash)
-{
-    uint64_t k = qkey(qhash);
-    size_t i = q_home(k);
-    for (size_t n = 0; n < SH_QCAP; n++, i = (i + 1) & (SH_QCAP - 1)) {
-        if (r->qtab[i].qhash == k)
-            return &r->qtab[i];
-        if (r->qtab[i].qhash == 0)
-            return NULL;
-    }
-    return NULL;
-}
-
-int sh_res_room(const sh_region *r, uint64_t n)
-{
-    return r->hdr->nres + n <= SH_RES_CAP / 4 * 3;
-}
-
-#define NRES(r) (r)->hdr->nres
-
-static void seq_open(sh_region *r) { atomic_fetch_add(&r->hdr->rseq, 1); }
-static void seq_close(sh_region *r) { atomic_fetch_add(&r->hdr->rseq, 1); }
-
-int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
-{
-    if (!sh_res_room(r, 1) || id == 0)
-        return QS_FULL;
-    uint64_t k = qkey(qhash);
-    sh_qent *q = q_find(r, k);
-    seq_open(r);
-    if (!q) {
-        size_t i = q_home(k), n;
-        for (n = 0; n < SH_QCAP && r->qtab[i].qhash; n++)
-            i = (i + 1) & (SH_QCAP - 1);
-        if (n == SH_QCAP) {
-            seq_close(r);
-            return QS_FULL;
-        }
-        q = &r->qtab[i];
-        *q = (sh_qent){k, 0, 0};
-    }
-    size_t i = res_home2(id, k);
-    while (r->res[i].id && !(r->res[i].id == id && r->res[i].qhash == k))
-        i = (i + 1) & (SH_RES_CAP - 1);
-    if (r->res[i].id == 0) {
-        q->count++;
-        NRES(r)++;
-    }
-    r->res[i] = (sh_res){id, k, token, deadline_ns, r->slot, r->gen};
-    if (deadline_ns && (!q->min_deadline_ns || deadline_ns < q->min_deadline_ns))
-        q->min_deadline_ns = deadline_ns;
-    seq_close(r);
-    return 0;
-}
-
-/* Backward-shift deletion of slot i of a linear-probing table. */
-#define SHIFT_DELETE(tab, cap, i, keyfield, home)                                  \
-    do {                                                                           \
-        size_t hole_ = (i), j_ = (i);                                              \
-        for (;;) {                                                                 \
-            j_ = (j_ + 1) & ((cap) - 1);                                           \
-            if (tab[j_].keyfield == 0)                                             \
-                break;                                                             \
-            size_t h_ = home(tab[j_]);                                             \
-            if (((j_ - h_) & ((cap) - 1)) >= ((j_ - hole_) & ((cap) - 1))) {       \
-                tab[hole_] = tab[j_];                                              \
-                hole_ = j_;                                                        \
-            }                                                                      \
-        }                                                                          \
-        memset(&tab[hole_], 0, sizeof tab[hole_]);                                 \
-    } while (0)
-
-#define QENT_HOME(e) q_home((e).qhash)
-#define RES_HOME(e) res_home2((e).id, (e).qhash)
-
-static void q_drop_one(sh_region *r, uint64_t k)
-{
-    sh_qent *q = q_find(r, k);
-    if (!q)
-        return;
-    if (q->count > 1) {
-        q->count--;
-        return;
-    }
-    size_t i = (size_t)(q - r->qtab);
-    SHIFT_DELETE(r->qtab, SH_QCAP, i, qhash, QENT_HOME);
-}
-
-static void res_delete_at(sh_region *r, size_t i)
-{
-    uint64_t k = r->res[i].qhash;
-    SHIFT_DELETE(r->res, SH_RES_CAP, i, id, RES_HOME);
-    q_drop_one(r, k);
-    NRES(r)--;
-}
-
-void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id)
-{
-    const sh_res *e = sh_res_find(r, qhash, id);
-    if (!e)
-        return;
-    seq_open(r);
-    res_delete_at(r, (size_t)(e - r->res));
-    seq_close(r);
-}
-
-uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
-{
-    struct sh_header *h = r->hdr;
-    if (!r->base) {
-        if (min_deadline_ns)
-            *min_deadline_ns = 0;
-        return 0;
-    }
-    for (unsigned spins = 0;; spins++) {
-        uint32_t s1 = atomic_load(&h->rseq);
-        uint64_t n = 0, md = 0;
-        if (!(s1 & 1) || spins > 1000) {
-            const sh_qent *q = q_find(r, qhash);
-            if (q) {
-                n = q->count;
-                md = q->min_deadline_ns;
-            }
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load(&h->rseq) == s1 || spins > 1000) {
-                if (min_deadline_ns)
-                    *min_deadline_ns = md;
-                return n;
-            }
-        }
-        if (spins > 100)
-            sched_yield();
-    }
-}
-
-#define SWEEP_NS 100000000ull
-
-int sh_res_sweep_due(const sh_region *r)
-{
-    return sh_now_ns() - atomic_load(&r->last_sweep_ns) > SWEEP_NS;
-}
-
-int sh_res_mine(const sh_region *r, const sh_res *e)
-{
-    return e->slot == r->slot && e->gen == r->gen;
-}
-
-/* Whether entry e's holder is gone: its slot was taken again (another
- * generation) or nobody holds the slot's lock. */
-static int holder_gone(const sh_region *r, const sh_res *e, uint8_t *dead)
-{
-    if (e->slot >= SH_SLOTS)
-        return 1;
-    if (sh_res_mine(r, e))
-        return 0;
-    if (atomic_load(&r->slots[e->slot].gen) != e->gen)
-        return 1;
-    if (dead[e->slot] == 0)
-        dead[e->slot] = slot_alive(r, e->slot) ? 1 : 2;
-    return dead[e->slot] == 2;
-}
-
-uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force)
-{
-    uint64_t k = qkey(qhash), md = 0;
-    uint64_t n = sh_res_count(r, k, &md);
-    if (!n)
-        return 0;
-    uint64_t now = sh_now_ns();
-    int leases = md && md <= now;
-    int sweep = force || now - atomic_load(&r->last_sweep_ns) > SWEEP_NS;
-    if (!leases && !sweep)
-        return 0;
-    if (sweep)
-        atomic_store(&r->last_sweep_ns, now);
-    uint8_t dead[SH_SLOTS] = {0};
-    uint64_t dropped = 0, new_md = 0;
-    seq_open(r);
-    for (size_t i = 0; i < SH_RES_CAP;) {
-        sh_res *e = &r->res[i];
-        if (e->id == 0 || e->qhash != k) {
-            i++;
-            continue;
-        }
-        if ((e->deadline_ns && e->deadline_ns <= now) || (sweep && holder_gone(r, e, dead))) {
-            res_delete_at(r, i);  /* a later entry may move into i */
-            dropped++;
-            continue;
-        }
-        if (e->deadline_ns && (!new_md || e->deadline_ns < new_md))
-            new_md = e->deadline_ns;
-        i++;
-    }
-    sh_qent *q = q_find(r, k);
-    if (q)
-        q->min_deadline_ns = new_md;
-    seq_close(r);
-    return dropped;
-}
-
-void sh_res_drop_mine(sh_region *r)
-{
-    seq_open(r);
-    for (size_t i = 0; i < SH_RES_CAP;) {
-        sh_res *e = &r->res[i];
-        if (e->id && sh_res_mine(r, e)) {
-            uint64_t k = e->qhash;
-            res_delete_at(r, i);
-            sh_wake(r, k);
-            continue;
-        }
-        i++;
-    }
-    seq_close(r);
-}
-
-/* Rebuilds both tables from the entries present, dropping duplicates: a
- * handle killed in the middle of a change may have left an entry copied
- * but not cleared, or a count not yet adjusted. */
-static void res_repair(sh_region *r)
-{
-    sh_res *keep = malloc(SH_RES_CAP * sizeof *keep);
-    size_t n = 0;
-    for (size_t i = 0; keep && i < SH_RES_CAP; i++)
-        if (r->res[i].id)
-            keep[n++] = r->res[i];
-    memset(r->res, 0, SH_RES_CAP * sizeof *r->res);
-    memset(r->qtab, 0, SH_QCAP * sizeof *r->qtab);
-    r->hdr->nres = 0;
-    atomic_store(&r->hdr->rseq, 0);
-    for (size_t i = 0; i < n; i++) {
-        sh_res e = keep[i];
-        if (sh_res_find(r, e.qhash, e.id))
-            continue;
-        uint32_t slot = r->slot, gen = r->gen;
-        r->slot = e.slot;   /* re-add under its holder's name */
-        r->gen = e.gen;
-        sh_res_add(r, e.id, e.qhash, e.token, e.deadline_ns);
-        r->slot = slot;
-        r->gen = gen;
-    }
-    free(keep);     /* without memory the reservations are dropped: the
-                       items return to their queues, nothing is lost */
 }

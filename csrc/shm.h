@@ -1,7 +1,8 @@
 /* shm.h -- the region processes share beside a casket, NAME-shm (sh_
  * prefix): who is attached, the cross-process write lock, the checkpoint
- * guard, the newest commit, wake-up words for blocked queue readers, and
- * the reservations of queue items.
+ * guard, snapshot pins, the newest commit, and room for the layer above
+ * (the queue module keeps its wake-up words and reservations there, qres.h)
+ * that this module maps but never reads.
  *
  * The file is mapped MAP_SHARED by every handle on the casket.  Locks are
  * open-file-description (OFD) record locks on bytes of it, so the kernel
@@ -15,8 +16,8 @@
  * make operations fail, never read or write outside the mapping.
  *
  * Not thread-safe by itself: casket.c calls the op guard under its
- * operation mutex and the write-lock and reservation calls while holding
- * its in-process write lock. */
+ * operation mutex and the write-lock calls while holding its in-process
+ * write lock. */
 #ifndef QS_SHM_H
 #define QS_SHM_H
 #include <stdatomic.h>
@@ -25,9 +26,20 @@
 #include <sys/types.h>
 
 #define SH_SLOTS 128            /* handles attached at once */
-#define SH_BUCKETS 256          /* wake-up words, by hash of queue name */
-#define SH_RES_CAP 65536        /* reservation entries (power of two) */
-#define SH_QCAP 4096            /* queues holding reservations (power of two) */
+
+/* Room in the region for the layer above (the queue module's reservations
+ * and wake-up words): shm.c maps it, allocates and zeroes it with the
+ * region, and reads none of it.  In the header page: a seqlock word
+ * (up_seq), a counter (up_count) and SH_UP_WORDS futex words; after the
+ * slots, SH_UP_BYTES bytes, 8-aligned (up_area).  Their sizes, and the three
+ * numbers SH_UP_SHAPE_A..C that the layer above checks against its own, are
+ * part of the region's format: the header records the shape and an attach
+ * refuses a region of another one. */
+#define SH_UP_WORDS 512
+#define SH_UP_BYTES 2719744u
+#define SH_UP_SHAPE_A 256u
+#define SH_UP_SHAPE_B 65536u
+#define SH_UP_SHAPE_C 4096u
 
 typedef struct sh_slot {
     _Atomic uint32_t in_op;     /* 1 while the handle runs an operation */
@@ -42,22 +54,6 @@ typedef struct sh_slot {
     uint32_t pin_pad;
 } sh_slot;
 
-/* One reserved queue item.  id 0 marks an empty entry (ids start at 1). */
-typedef struct sh_res {
-    uint64_t id;
-    uint64_t qhash;             /* hash of the queue key */
-    uint64_t token;
-    uint64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: no lease */
-    uint32_t slot, gen;         /* the handle that holds it */
-} sh_res;
-
-/* Reservations per queue, for exact lengths without a scan. */
-typedef struct sh_qent {
-    uint64_t qhash;             /* 0: empty */
-    uint64_t count;
-    uint64_t min_deadline_ns;   /* earliest lease end of its entries, 0 none */
-} sh_qent;
-
 typedef struct sh_header sh_header;
 
 typedef struct sh_region {
@@ -66,13 +62,17 @@ typedef struct sh_region {
     size_t size;
     sh_header *hdr;
     sh_slot *slots;
-    sh_res *res;
-    sh_qent *qtab;
     uint32_t slot;              /* ours */
     uint32_t gen;               /* our slot's generation */
     int exclusive;              /* we hold byte 0 exclusively */
     int created;                /* this open created the file */
-    _Atomic uint64_t last_sweep_ns; /* when we last looked for dead holders */
+    /* The room for the layer above, mapped (all NULL without a region),
+     * and a word of its own per handle. */
+    _Atomic uint32_t *up_seq;
+    uint32_t *up_count;
+    _Atomic uint32_t *up_words;
+    void *up_area;
+    _Atomic uint64_t up_clock_ns;
 } sh_region;
 
 /* The newest commit as published by its writer. */
@@ -196,46 +196,22 @@ int sh_pins_hold(const sh_region *r, uint64_t log_bytes);
  * returns how many. */
 uint32_t sh_pins_revoke(sh_region *r);
 
-/* ---- wake-ups ---------------------------------------------------------------- */
+/* ---- for the layer above -------------------------------------------------------- */
 
-/* A waiter reads the word of its queue's bucket before looking for items,
- * then sleeps until it changes (or until timeout seconds, < 0: no limit).
- * sh_wake changes it and wakes the sleepers, in every process.  sh_wait
- * returns EINTR when a signal handler ran while it slept (it is not
- * restarted: the caller's caller may have to act on the signal), else 0. */
-uint32_t sh_wait_word(const sh_region *r, uint64_t qhash);
-int sh_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
-void sh_wake(sh_region *r, uint64_t qhash);
-/* Wakes every sleeper (closing). */
-void sh_wake_all(sh_region *r);
+/* Futexes on the shared mapping (not FUTEX_PRIVATE: every process).
+ * sh_futex_wait sleeps while *w == val, up to timeout seconds (< 0: no
+ * limit); returns EINTR when a signal handler ran during the wait
+ * (handlers installed without SA_RESTART, as Python installs its own),
+ * else 0: woken, timed out, or the word had already changed.
+ * sh_futex_wake wakes up to n sleepers. */
+int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout);
+void sh_futex_wake(_Atomic uint32_t *w, int n);
 
-/* ---- reservations (all changes holding the write lock) -------------------------- */
-
-/* (sh_res_find and sh_res_count also answer, with nothing reserved, for a
- * handle that has no region: read-only media.) */
-/* The entry of item id of queue qhash, or NULL.  (An id alone is not
- * enough: a published payload has the same id in each of its queues.) */
-const sh_res *sh_res_find(const sh_region *r, uint64_t qhash, uint64_t id);
-/* Adds one; QS_FULL when the table is full (nothing changed). */
-int sh_res_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
-               uint64_t deadline_ns);
-/* Removes the entry of item id of queue qhash if there is one. */
-void sh_res_del(sh_region *r, uint64_t qhash, uint64_t id);
-/* Room for n more entries. */
-int sh_res_room(const sh_region *r, uint64_t n);
-/* Reservations of a queue, read consistently without the write lock. */
-uint64_t sh_res_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns);
-/* Drops the queue's entries whose lease ended and those of handles that are
- * gone (checked at most every 100 ms unless force); returns how many. */
-uint64_t sh_res_expire(sh_region *r, uint64_t qhash, int force);
-/* Drops every entry held by our slot (closing) and wakes the readers of
- * each queue that lost one. */
-void sh_res_drop_mine(sh_region *r);
-/* Whether sh_res_expire would look for dead holders now. */
-int sh_res_sweep_due(const sh_region *r);
-
-/* Whether the entry belongs to this handle. */
-int sh_res_mine(const sh_region *r, const sh_res *e);
+/* Slot i (< SH_SLOTS): its generation, bumped each time a handle takes it,
+ * and whether a live handle holds it (ours always is; a system call for
+ * the others). */
+uint32_t sh_slot_gen(const sh_region *r, uint32_t i);
+int sh_slot_alive(const sh_region *r, uint32_t i);
 
 uint64_t sh_now_ns(void);
 

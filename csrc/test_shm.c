@@ -10,24 +10,13 @@
  * of hanging the suite.
  */
 #include "test_common.h"
-#include "shm.h"
+#include "test_region.h"
 
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char region_path[700];
-
-static void region_init(sh_region *r)
-{
-    int alone = 0;
-    REQUIRE_RC(sh_open(r, region_path, 0644, 1.0, &alone), 0);
-    REQUIRE(alone);
-    sh_commit cm = {.salt = 7, .log_end = 4096, .seq = 1};
-    sh_init(r, &cm, 1);
-    REQUIRE_RC(sh_share(r), 0);
-}
 
 /* What a child does once attached; returns its exit status. */
 typedef int (*child_fn)(sh_region *r);
@@ -45,7 +34,7 @@ static int attached_main(void *arg, int report, int release)
     const attach_arg *a = arg;
     sh_region r;
     int alone = 0;
-    int status = sh_open(&r, region_path, 0644, 2.0, &alone) == 0 && !alone ? a->fn(&r) : 90;
+    int status = sh_open(&r, tc_region_path, 0644, 2.0, &alone) == 0 && !alone ? a->fn(&r) : 90;
     char b = (char)status;
     if (write(report, &b, 1) != 1)
         return 91;
@@ -136,9 +125,9 @@ static void dies_then_slot_reused(child_fn fn, child_fn after)
 {
     tc_tmp t = {0};
     REQUIRE(tc_tmp_make(&t) == 0);
-    snprintf(region_path, sizeof region_path, "%s-shm", t.path);
+    snprintf(tc_region_path, sizeof tc_region_path, "%s-shm", t.path);
     sh_region owner;
-    region_init(&owner);
+    REQUIRE(tc_region_init(&owner) == 0);
     REQUIRE(owner.fd >= 0);
 
     tc_child dying, newcomer;
@@ -173,9 +162,9 @@ static void checkpointer_died_slot_free(void)
 {
     tc_tmp t = {0};
     REQUIRE(tc_tmp_make(&t) == 0);
-    snprintf(region_path, sizeof region_path, "%s-shm", t.path);
+    snprintf(tc_region_path, sizeof tc_region_path, "%s-shm", t.path);
     sh_region owner;
-    region_init(&owner);
+    REQUIRE(tc_region_init(&owner) == 0);
     tc_child dying;
     REQUIRE(child_start(&dying, begin_checkpoint, 0) == 0);
     CHECK_RC(child_report(&dying), 0);
@@ -211,9 +200,9 @@ static void live_checkpointer_keeps_ops_out(void)
 {
     tc_tmp t = {0};
     REQUIRE(tc_tmp_make(&t) == 0);
-    snprintf(region_path, sizeof region_path, "%s-shm", t.path);
+    snprintf(tc_region_path, sizeof tc_region_path, "%s-shm", t.path);
     sh_region owner;
-    region_init(&owner);
+    REQUIRE(tc_region_init(&owner) == 0);
     int began[2];
     REQUIRE(pipe(began) == 0);
     began_fd = began[1];
@@ -262,7 +251,7 @@ static int has_open(pid_t pid, const char *path)
 /* The child of discarded_region_is_not_joined: drops the parent's
  * descriptor of region *arg (it must not count as its own), closes its
  * report (end of file tells the parent), then opens the region anew,
- * waiting up to 5 s: 0 when it made a new one at region_path. */
+ * waiting up to 5 s: 0 when it made a new one at tc_region_path. */
 static int joining_main(void *arg, int report, int release)
 {
     (void)release;
@@ -270,9 +259,9 @@ static int joining_main(void *arg, int report, int release)
     close(report);
     sh_region b;
     int al = 0;
-    int rc = sh_open(&b, region_path, 0644, 5.0, &al);
+    int rc = sh_open(&b, tc_region_path, 0644, 5.0, &al);
     struct stat x, y;
-    int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(region_path, &y) == 0 &&
+    int same = rc == 0 && fstat(b.fd, &x) == 0 && stat(tc_region_path, &y) == 0 &&
                x.st_dev == y.st_dev && x.st_ino == y.st_ino;
     return rc ? 10 : !al ? 11 : !same ? 12 : 0;
 }
@@ -281,24 +270,24 @@ static void discarded_region_is_not_joined(void)
 {
     tc_tmp t = {0};
     REQUIRE(tc_tmp_make(&t) == 0);
-    snprintf(region_path, sizeof region_path, "%s-shm", t.path);
+    snprintf(tc_region_path, sizeof tc_region_path, "%s-shm", t.path);
     sh_region a;
     int alone = 0;
-    REQUIRE_RC(sh_open(&a, region_path, 0644, 1.0, &alone), 0);
+    REQUIRE_RC(sh_open(&a, tc_region_path, 0644, 1.0, &alone), 0);
     REQUIRE(alone && a.created);
     tc_child ch;
     REQUIRE(tc_child_start(&ch, joining_main, &a) == 0);
     char c;
     CHECK(read(ch.report, &c, 1) == 0);  /* the child dropped its copy */
     /* until the child holds the file open, waiting for byte 0 */
-    for (double t0 = tc_now(); !has_open(ch.pid, region_path) && tc_now() - t0 < 5;)
+    for (double t0 = tc_now(); !has_open(ch.pid, tc_region_path) && tc_now() - t0 < 5;)
         usleep(1000);
-    CHECK(has_open(ch.pid, region_path));
-    sh_discard(&a, region_path);
+    CHECK(has_open(ch.pid, tc_region_path));
+    sh_discard(&a, tc_region_path);
     sh_close(&a);
     CHECK_RC(tc_child_end(&ch), 0);
-    CHECK(access(region_path, F_OK) == 0);  /* the child's own, new region */
-    unlink(region_path);
+    CHECK(access(tc_region_path, F_OK) == 0);  /* the child's own, new region */
+    unlink(tc_region_path);
     tc_tmp_remove(&t);
 }
 

@@ -1,0 +1,345 @@
+/* qres.c -- the queue module's shared state in the region (see qres.h):
+ * the wake-up words blocked readers sleep on and the table of reserved
+ * items, kept in the room shm.c leaves for the layer above. */
+#include "qres.h"
+#include "qstore.h"
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- wake-ups ---------------------------------------------------------------- */
+
+/* The words of our room in the region: QR_BUCKETS wake-up words, then as
+ * many counts of their sleepers. */
+_Static_assert(2 * QR_BUCKETS == SH_UP_WORDS, "wake-up words fill the header's room");
+#define BUCKET(r, b) (&(r)->up_words[(b)])
+#define BWAITERS(r, b) (&(r)->up_words[QR_BUCKETS + (b)])
+
+uint32_t qr_wait_word(const sh_region *r, uint64_t qhash)
+{
+    return atomic_load(BUCKET(r, qhash % QR_BUCKETS));
+}
+
+int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
+{
+    size_t b = qhash % QR_BUCKETS;
+    atomic_fetch_add(BWAITERS(r, b), 1);
+    int rc = sh_futex_wait(BUCKET(r, b), word, timeout);
+    atomic_fetch_sub(BWAITERS(r, b), 1);
+    return rc;
+}
+
+void qr_wake(sh_region *r, uint64_t qhash)
+{
+    size_t b = qhash % QR_BUCKETS;
+    atomic_fetch_add(BUCKET(r, b), 1);
+    if (atomic_load(BWAITERS(r, b)))
+        sh_futex_wake(BUCKET(r, b), INT_MAX);
+}
+
+void qr_wake_all(sh_region *r)
+{
+    for (size_t b = 0; b < QR_BUCKETS; b++) {
+        atomic_fetch_add(BUCKET(r, b), 1);
+        if (atomic_load(BWAITERS(r, b)))
+            sh_futex_wake(BUCKET(r, b), INT_MAX);
+    }
+}
+
+/* ---- reservations ---------------------------------------------------------------
+ * Two open-addressing tables with linear probing and backward-shift
+ * deletion: items by id, queues by hash, in the region's room for the
+ * layer above (up_area; up_count counts the entries).  Only the write-lock
+ * holder changes them, inside the up_seq seqlock, so readers without the
+ * lock (lengths) retry instead of seeing a half-moved entry; the first
+ * change after a holder died halfway through one (up_seq odd) repairs the
+ * tables (repair_torn). */
+_Static_assert(QR_RES_CAP * sizeof(qr_res) + QR_QCAP * sizeof(qr_qent) == SH_UP_BYTES,
+               "the tables fill the region's room for them exactly");
+_Static_assert(_Alignof(qr_res) <= 8 && _Alignof(qr_qent) <= 8, "the room is 8-aligned");
+#define RES(r) ((qr_res *)(r)->up_area)
+#define QTAB(r) ((qr_qent *)(void *)((uint8_t *)(r)->up_area + QR_RES_CAP * sizeof(qr_res)))
+
+/* An item is (queue, id): a published payload has one id in several queues. */
+static size_t res_home2(uint64_t id, uint64_t qh)
+{
+    return (size_t)(((id ^ (qh * 0xC2B2AE3D27D4EB4Full)) * 0x9E3779B97F4A7C15ull) >> 48) &
+           (QR_RES_CAP - 1);
+}
+static uint64_t qkey(uint64_t qhash) { return qhash ? qhash : 1; }
+static size_t q_home(uint64_t qh) { return (size_t)((qh * 0x9E3779B97F4A7C15ull) >> 52) & (QR_QCAP - 1); }
+
+const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id)
+{
+    if (!r->up_area)
+        return NULL;    /* a handle without a region (read-only media) */
+    uint64_t k = qkey(qhash);
+    size_t i = res_home2(id, k);
+    for (size_t n = 0; n < QR_RES_CAP; n++, i = (i + 1) & (QR_RES_CAP - 1)) {
+        if (RES(r)[i].id == id && RES(r)[i].qhash == k)
+            return &RES(r)[i];
+        if (RES(r)[i].id == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static qr_qent *q_find(const sh_region *r, uint64_t qhash)
+{
+    uint64_t k = qkey(qhash);
+    size_t i = q_home(k);
+    for (size_t n = 0; n < QR_QCAP; n++, i = (i + 1) & (QR_QCAP - 1)) {
+        if (QTAB(r)[i].qhash == k)
+            return &QTAB(r)[i];
+        if (QTAB(r)[i].qhash == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+int qr_room(const sh_region *r, uint64_t n)
+{
+    return *r->up_count + n <= QR_RES_CAP / 4 * 3;
+}
+
+#define NRES(r) (*(r)->up_count)
+
+static void seq_open(sh_region *r) { atomic_fetch_add(r->up_seq, 1); }
+static void seq_close(sh_region *r) { atomic_fetch_add(r->up_seq, 1); }
+
+static void repair_torn(sh_region *r);
+
+/* qr_add for the handle of slot and gen. */
+static int res_add_as(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
+                      uint64_t deadline_ns, uint32_t slot, uint32_t gen)
+{
+    if (!qr_room(r, 1) || id == 0)
+        return QS_FULL;
+    uint64_t k = qkey(qhash);
+    qr_qent *q = q_find(r, k);
+    seq_open(r);
+    if (!q) {
+        size_t i = q_home(k), n;
+        for (n = 0; n < QR_QCAP && QTAB(r)[i].qhash; n++)
+            i = (i + 1) & (QR_QCAP - 1);
+        if (n == QR_QCAP) {
+            seq_close(r);
+            return QS_FULL;
+        }
+        q = &QTAB(r)[i];
+        *q = (qr_qent){k, 0, 0};
+    }
+    size_t i = res_home2(id, k);
+    while (RES(r)[i].id && !(RES(r)[i].id == id && RES(r)[i].qhash == k))
+        i = (i + 1) & (QR_RES_CAP - 1);
+    if (RES(r)[i].id == 0) {
+        q->count++;
+        NRES(r)++;
+    }
+    RES(r)[i] = (qr_res){id, k, token, deadline_ns, slot, gen};
+    if (deadline_ns && (!q->min_deadline_ns || deadline_ns < q->min_deadline_ns))
+        q->min_deadline_ns = deadline_ns;
+    seq_close(r);
+    return 0;
+}
+
+int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
+{
+    repair_torn(r);
+    return res_add_as(r, id, qhash, token, deadline_ns, r->slot, r->gen);
+}
+
+/* Backward-shift deletion of slot i of a linear-probing table. */
+#define SHIFT_DELETE(tab, cap, i, keyfield, home)                                  \
+    do {                                                                           \
+        size_t hole_ = (i), j_ = (i);                                              \
+        for (;;) {                                                                 \
+            j_ = (j_ + 1) & ((cap) - 1);                                           \
+            if (tab[j_].keyfield == 0)                                             \
+                break;                                                             \
+            size_t h_ = home(tab[j_]);                                             \
+            if (((j_ - h_) & ((cap) - 1)) >= ((j_ - hole_) & ((cap) - 1))) {       \
+                tab[hole_] = tab[j_];                                              \
+                hole_ = j_;                                                        \
+            }                                                                      \
+        }                                                                          \
+        memset(&tab[hole_], 0, sizeof tab[hole_]);                                 \
+    } while (0)
+
+#define QENT_HOME(e) q_home((e).qhash)
+#define RES_HOME(e) res_home2((e).id, (e).qhash)
+
+static void q_drop_one(sh_region *r, uint64_t k)
+{
+    qr_qent *q = q_find(r, k);
+    if (!q)
+        return;
+    if (q->count > 1) {
+        q->count--;
+        return;
+    }
+    size_t i = (size_t)(q - QTAB(r));
+    SHIFT_DELETE(QTAB(r), QR_QCAP, i, qhash, QENT_HOME);
+}
+
+static void res_delete_at(sh_region *r, size_t i)
+{
+    uint64_t k = RES(r)[i].qhash;
+    SHIFT_DELETE(RES(r), QR_RES_CAP, i, id, RES_HOME);
+    q_drop_one(r, k);
+    NRES(r)--;
+}
+
+void qr_del(sh_region *r, uint64_t qhash, uint64_t id)
+{
+    repair_torn(r);
+    const qr_res *e = qr_find(r, qhash, id);
+    if (!e)
+        return;
+    seq_open(r);
+    res_delete_at(r, (size_t)(e - RES(r)));
+    seq_close(r);
+}
+
+uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
+{
+    if (!r->up_area) {
+        if (min_deadline_ns)
+            *min_deadline_ns = 0;
+        return 0;
+    }
+    for (unsigned spins = 0;; spins++) {
+        uint32_t s1 = atomic_load(r->up_seq);
+        uint64_t n = 0, md = 0;
+        if (!(s1 & 1) || spins > 1000) {
+            const qr_qent *q = q_find(r, qhash);
+            if (q) {
+                n = q->count;
+                md = q->min_deadline_ns;
+            }
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load(r->up_seq) == s1 || spins > 1000) {
+                if (min_deadline_ns)
+                    *min_deadline_ns = md;
+                return n;
+            }
+        }
+        if (spins > 100)
+            sched_yield();
+    }
+}
+
+#define SWEEP_NS 100000000ull
+
+int qr_sweep_due(const sh_region *r)
+{
+    return sh_now_ns() - atomic_load(&r->up_clock_ns) > SWEEP_NS;
+}
+
+int qr_mine(const sh_region *r, const qr_res *e)
+{
+    return e->slot == r->slot && e->gen == r->gen;
+}
+
+/* Whether entry e's holder is gone: its slot was taken again (another
+ * generation) or nobody holds the slot's lock. */
+static int holder_gone(const sh_region *r, const qr_res *e, uint8_t *dead)
+{
+    if (e->slot >= SH_SLOTS)
+        return 1;
+    if (qr_mine(r, e))
+        return 0;
+    if (sh_slot_gen(r, e->slot) != e->gen)
+        return 1;
+    if (dead[e->slot] == 0)
+        dead[e->slot] = sh_slot_alive(r, e->slot) ? 1 : 2;
+    return dead[e->slot] == 2;
+}
+
+uint64_t qr_expire(sh_region *r, uint64_t qhash, int force)
+{
+    repair_torn(r);
+    uint64_t k = qkey(qhash), md = 0;
+    uint64_t n = qr_count(r, k, &md);
+    if (!n)
+        return 0;
+    uint64_t now = sh_now_ns();
+    int leases = md && md <= now;
+    int sweep = force || now - atomic_load(&r->up_clock_ns) > SWEEP_NS;
+    if (!leases && !sweep)
+        return 0;
+    if (sweep)
+        atomic_store(&r->up_clock_ns, now);
+    uint8_t dead[SH_SLOTS] = {0};
+    uint64_t dropped = 0, new_md = 0;
+    seq_open(r);
+    for (size_t i = 0; i < QR_RES_CAP;) {
+        qr_res *e = &RES(r)[i];
+        if (e->id == 0 || e->qhash != k) {
+            i++;
+            continue;
+        }
+        if ((e->deadline_ns && e->deadline_ns <= now) || (sweep && holder_gone(r, e, dead))) {
+            res_delete_at(r, i);  /* a later entry may move into i */
+            dropped++;
+            continue;
+        }
+        if (e->deadline_ns && (!new_md || e->deadline_ns < new_md))
+            new_md = e->deadline_ns;
+        i++;
+    }
+    qr_qent *q = q_find(r, k);
+    if (q)
+        q->min_deadline_ns = new_md;
+    seq_close(r);
+    return dropped;
+}
+
+void qr_drop_mine(sh_region *r)
+{
+    repair_torn(r);
+    seq_open(r);
+    for (size_t i = 0; i < QR_RES_CAP;) {
+        qr_res *e = &RES(r)[i];
+        if (e->id && qr_mine(r, e)) {
+            uint64_t k = e->qhash;
+            res_delete_at(r, i);
+            qr_wake(r, k);
+            continue;
+        }
+        i++;
+    }
+    seq_close(r);
+}
+
+/* Rebuilds both tables from the entries present, dropping duplicates: a
+ * handle killed in the middle of a change may have left an entry copied
+ * but not cleared, or a count not yet adjusted. */
+static void res_repair(sh_region *r)
+{
+    qr_res *keep = malloc(QR_RES_CAP * sizeof *keep);
+    size_t n = 0;
+    for (size_t i = 0; keep && i < QR_RES_CAP; i++)
+        if (RES(r)[i].id)
+            keep[n++] = RES(r)[i];
+    memset(RES(r), 0, QR_RES_CAP * sizeof *RES(r));
+    memset(QTAB(r), 0, QR_QCAP * sizeof *QTAB(r));
+    NRES(r) = 0;
+    atomic_store(r->up_seq, 0);
+    for (size_t i = 0; i < n; i++) {
+        qr_res e = keep[i];
+        if (!qr_find(r, e.qhash, e.id))  /* re-added under its holder's name */
+            res_add_as(r, e.id, e.qhash, e.token, e.deadline_ns, e.slot, e.gen);
+    }
+    free(keep);     /* without memory the reservations are dropped: the
+                       items return to their queues, nothing is lost */
+}
+
+/* A holder killed halfway through a change (up_seq odd) left the tables
+ * half-moved: the next change, holding the write lock, repairs them. */
+static void repair_torn(sh_region *r)
+{
+    if (r->up_area && (atomic_load(r->up_seq) & 1))
+        res_repair(r);
+}

@@ -1,0 +1,76 @@
+/* qres.h -- the queue module's shared state in the region NAME-shm (qr_
+ * prefix: queue, region): wake-up words for blocked queue readers and the
+ * reservations of queue items, seen by every process.  It lives in the
+ * room shm.c keeps for the layer above (shm.h), which it alone reads.
+ * Not thread-safe by itself: queue.c calls it under the casket's operation
+ * mutex, and changes reservations holding the write lock. */
+#ifndef QS_QRES_H
+#define QS_QRES_H
+#include "shm.h"
+
+#define QR_BUCKETS 256          /* wake-up words, by hash of queue name */
+#define QR_RES_CAP 65536        /* reservation entries (power of two) */
+#define QR_QCAP 4096            /* queues holding reservations (power of two) */
+_Static_assert(QR_BUCKETS == SH_UP_SHAPE_A && QR_RES_CAP == SH_UP_SHAPE_B &&
+               QR_QCAP == SH_UP_SHAPE_C, "the region's room has our shape");
+
+/* One reserved queue item.  id 0 marks an empty entry (ids start at 1). */
+typedef struct qr_res {
+    uint64_t id;
+    uint64_t qhash;             /* hash of the queue key */
+    uint64_t token;
+    uint64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: no lease */
+    uint32_t slot, gen;         /* the handle that holds it */
+} qr_res;
+
+/* Reservations per queue, for exact lengths without a scan. */
+typedef struct qr_qent {
+    uint64_t qhash;             /* 0: empty */
+    uint64_t count;
+    uint64_t min_deadline_ns;   /* earliest lease end of its entries, 0 none */
+} qr_qent;
+
+/* ---- wake-ups ---------------------------------------------------------------- */
+
+/* A waiter reads the word of its queue's bucket before looking for items,
+ * then sleeps until it changes (or until timeout seconds, < 0: no limit).
+ * qr_wake changes it and wakes the sleepers, in every process.  qr_wait
+ * returns EINTR when a signal handler ran while it slept (it is not
+ * restarted: the caller's caller may have to act on the signal), else 0. */
+uint32_t qr_wait_word(const sh_region *r, uint64_t qhash);
+int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
+void qr_wake(sh_region *r, uint64_t qhash);
+/* Wakes every sleeper (closing). */
+void qr_wake_all(sh_region *r);
+
+/* ---- reservations (all changes holding the write lock) -------------------------- */
+
+/* (qr_find, qr_count and qr_expire also answer, with nothing reserved, for a
+ * handle that has no region: read-only media.)  The first change after a
+ * holder died halfway through one rebuilds the tables (qr_add, qr_del,
+ * qr_expire and qr_drop_mine check, and every lookup_live of queue.c runs
+ * qr_expire before it reads them holding the lock). */
+/* The entry of item id of queue qhash, or NULL.  (An id alone is not
+ * enough: a published payload has the same id in each of its queues.) */
+const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id);
+/* Adds one; QS_FULL when the table is full (nothing changed). */
+int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns);
+/* Removes the entry of item id of queue qhash if there is one. */
+void qr_del(sh_region *r, uint64_t qhash, uint64_t id);
+/* Room for n more entries. */
+int qr_room(const sh_region *r, uint64_t n);
+/* Reservations of a queue, read consistently without the write lock. */
+uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns);
+/* Drops the queue's entries whose lease ended and those of handles that are
+ * gone (checked at most every 100 ms unless force); returns how many. */
+uint64_t qr_expire(sh_region *r, uint64_t qhash, int force);
+/* Drops every entry held by our slot (closing) and wakes the readers of
+ * each queue that lost one. */
+void qr_drop_mine(sh_region *r);
+/* Whether qr_expire would look for dead holders now. */
+int qr_sweep_due(const sh_region *r);
+
+/* Whether the entry belongs to this handle. */
+int qr_mine(const sh_region *r, const qr_res *e);
+
+#endif
