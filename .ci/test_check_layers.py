@@ -85,6 +85,11 @@ class LayerCheck(unittest.TestCase):
         self.one_problem(f'csrc/btree.c:{line}: includes "nowhere.h", which '
                          f"is not a file of csrc/")
 
+    def test_private_header_included_elsewhere(self):
+        line = self.append("queue.c", '#include "handle.h"\n')
+        self.one_problem(f"csrc/queue.c:{line}: includes handle.h, which is "
+                         f"private to ")
+
     def test_file_without_a_layer(self):
         self.append("newlayer.c", '#include "casket.h"\n')
         self.one_problem("csrc/newlayer.c has no layer: add it to LAYERS in "

@@ -1,7 +1,7 @@
 /* bench_seed.c -- qs_bench_seed, the benchmark's driver of seed 000 in C
  * (n ids, two putdups each, in one transaction).  Apart so the benchmark
  * issue can remove it without touching the record API. */
-#include "casket.h"
+#include "handle.h"
 #include "records.h"
 #include "txn.h"
 

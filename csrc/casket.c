@@ -5,7 +5,7 @@
  * the transaction layer (txn.c) because opening and closing use
  * transactions and checkpoints, never the other way round; every public
  * call of every file enters and leaves through cs_enter_call. */
-#include "casket.h"
+#include "handle.h"
 #include "osdep.h"
 #include "records.h"
 #include "txn.h"

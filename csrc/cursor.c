@@ -2,7 +2,7 @@
  * cur_ inside): a cursor remembers its record by (key, seq) and finds it
  * again after any change.  Apart from records.c because a cursor is state
  * of its own that lives across calls and transactions. */
-#include "casket.h"
+#include "handle.h"
 #include "records.h"
 #include "txn.h"
 #include <stdatomic.h>

@@ -3,7 +3,7 @@
  * transaction.  Apart from txn.c because it is a scheduling policy over
  * the transaction layer's calls (take the lock, apply, commit, sync), not
  * part of what a transaction is. */
-#include "casket.h"
+#include "handle.h"
 #include "group.h"
 #include "txn.h"
 #include <pthread.h>

@@ -4,7 +4,7 @@
  * Apart because none of them is on the path of a record operation, and
  * each uses the handle (a second, private or read-only one) as well as the
  * transaction layer. */
-#include "casket.h"
+#include "handle.h"
 #include "osdep.h"
 #include "txn.h"
 #include <errno.h>

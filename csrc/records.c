@@ -4,7 +4,7 @@
  * to be applied in key order.  Apart because it is the first layer above
  * the transaction layer: it builds operations and hands them to it. */
 #include "batchsort.h"
-#include "casket.h"
+#include "handle.h"
 #include "group.h"
 #include "records.h"
 #include "txn.h"

@@ -8,7 +8,7 @@
 #include <sys/syscall.h>
 
 #include "test_records.h"
-#include "casket.h"     /* transaction owners: a reused thread id is faked */
+#include "handle.h"     /* transaction owners: a reused thread id is faked */
 
 static void txn_misuse(void)
 {

@@ -7,7 +7,7 @@
  * writer's view.  Apart because it is the one place that knows what a
  * transaction is: the record, cursor and queue layers above only hand it
  * operations to run. */
-#include "casket.h"
+#include "handle.h"
 #include "txn.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * the casket (queue.c) use the cs_ calls of casket.h instead. */
 #ifndef QS_TXN_H
 #define QS_TXN_H
-#include "casket.h"
+#include "handle.h"
 
 /* The write lock: the in-process one, then the process lock.  Waits up to
  * the handle's lock timeout (tx_writer_enter) or timeout seconds (wait 0:
