@@ -84,8 +84,8 @@ jobs_list=(
     "casket|${PYTEST[*]} tests/test_casket.py -k '$KCASKET'"
     "queue_api|${PYTEST[*]} tests/test_queue_api.py"
     "queue_threads|${PYTEST[*]} tests/test_queue_threads.py -k '$KTHREADS'"
-    "seed000|$PY bench/seed000.py --max 3 --reps 1 --backends pyqstore,pyqstore-batch,native --timeout 1200"
-    "qstore_bench_sweep|$PY -m pyqstore.qbench.cli sweep --max 3 --reps 1 -b pyqstore,native --no-sync"
+    "seed000|$PY bench/scripts/seed000.py --max 3 --reps 1 --backends pyqstore,pyqstore-batch,native --timeout 1200"
+    "qstore_bench_sweep|$PY -m qstore_bench.cli sweep --max 3 --reps 1 -b pyqstore,native --no-sync"
 )
 
 t0=$(date +%s)

@@ -211,7 +211,7 @@ class Pyqstore(Backend):
 
 class _NativeStore(_PyqStore):
     def seed_transaction(self, ids: list[bytes]) -> None:
-        from .._qstore import lib
+        from pyqstore._qstore import lib
 
         if not ids:
             self.begin()
@@ -223,7 +223,7 @@ class _NativeStore(_PyqStore):
             raise Unsupported("ids of different lengths")
         rc = lib.qs_bench_seed(self.c._c, QUEUE_KEY, len(QUEUE_KEY), blob, width, len(ids))
         if rc:
-            from ..errors import error_for
+            from pyqstore.errors import error_for
             raise error_for(rc, "bench_seed", self.c.path)
 
     def queue_transaction(self, payloads: list[bytes]) -> None:

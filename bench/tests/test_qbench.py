@@ -8,8 +8,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from pyqstore.qbench import backends as bk
-from pyqstore.qbench.cli import main
+from qstore_bench import backends as bk
+from qstore_bench.cli import main
 
 PEERS = "pyqstore,native,sqlite3,lmdb"
 
@@ -132,7 +132,7 @@ CARS_DIST = [2, 10, 4, 22, 16, 10, 18, 26, 34, 17, 28, 14, 20, 24, 28, 26, 34, 3
 
 
 def test_regression_matches_r_on_cars():
-    from pyqstore.qbench.regression import lm
+    from qstore_bench.regression import lm
 
     f = lm(CARS_DIST, [{"speed": s} for s in CARS_SPEED], "dist",
            [("speed", lambda r: r["speed"])])
@@ -150,7 +150,7 @@ def test_regression_matches_r_on_cars():
 
 
 def test_tune_finds_the_known_optimum_of_a_synthetic_surface():
-    from pyqstore.qbench.experiments import fit_models
+    from qstore_bench.experiments import fit_models
 
     # a concave quadratic surface peaking at 5 writers, batch 300
     def surface(w, b):
@@ -189,7 +189,7 @@ def test_tune_command(tmp_path):
 def _expected_top10(n: int) -> list[tuple[str, int]]:
     from collections import Counter
 
-    from pyqstore.qbench.experiments import _HIT, make_log_lines
+    from qstore_bench.experiments import _HIT, make_log_lines
 
     want = Counter(m.group(1).decode() for line in make_log_lines(n)
                    if (m := _HIT.search(line)))
@@ -243,7 +243,7 @@ def test_tune_with_processes_refuses_what_cannot_share(tmp_path, name):
 def test_a_failing_child_is_reported_not_waited_for(tmp_path):
     import time
 
-    from pyqstore.qbench import experiments as ex
+    from qstore_bench import experiments as ex
 
     good = str(tmp_path / "good")
     os.mkdir(good)
