@@ -2502,31 +2502,6 @@ static int do_cursor_out(qs_cursor *cur)
     return rc;
 }
 
-/* ---- benchmark driver ----------------------------------------------------- */
-
-static int do_bench_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen,
-                  size_t n)
-{
-    if (!c || (!qkey && qklen) || (!ids && n))
-        return QS_INVAL;
-    int own = i_own(c), rc = 0;
-    if (!own && (rc = do_begin(c)) != 0)
-        return rc;
-    const uint8_t *id = ids;
-    for (size_t i = 0; i < n && rc == 0; i++, id += idlen) {
-        rc = do_putdup(c, qkey, qklen, id, idlen);
-        if (rc == 0)
-            rc = do_putdup(c, id, idlen, id, idlen);
-    }
-    if (own)
-        return rc;
-    if (rc) {
-        do_abort(c);
-        return rc;
-    }
-    return do_commit(c);
-}
-
 /* ---- public entry points: counted calls ----------------------------------- */
 
 COUNTED(qs_begin, (qs_casket *c), c, c, do_begin, (c))
@@ -2550,7 +2525,6 @@ COUNTED(qs_backup, (qs_casket *c, const char *dest), c, c, do_backup, (c, dest))
 COUNTED(qs_progress, (qs_casket *c, uint64_t *done, uint64_t *total), c, c, do_progress, (c, done, total))
 COUNTED(qs_stat_get, (qs_casket *c, qs_stat *st), c, c, do_stat_get, (c, st))
 COUNTED(qs_cursor_open, (qs_casket *c, qs_cursor **out), c, c, do_cursor_open, (c, out))
-COUNTED(qs_bench_seed, (qs_casket *c, const char *qkey, size_t qklen, const void *ids, size_t idlen, size_t n), c, c, do_bench_seed, (c, qkey, qklen, ids, idlen, n))
 COUNTED(qs_cursor_first, (qs_cursor *cur), cur, cur->c, do_cursor_first, (cur))
 COUNTED(qs_cursor_last, (qs_cursor *cur), cur, cur->c, do_cursor_last, (cur))
 COUNTED(qs_cursor_jump, (qs_cursor *cur, const void *key, size_t klen), cur, cur->c, do_cursor_jump, (cur, key, klen))

@@ -209,37 +209,37 @@ class Pyqstore(Backend):
                                        lock_timeout=ATTACH_LOCK_TIMEOUT))
 
 
-class _NativeStore(_PyqStore):
+class _NativeStore(Store):
+    def __init__(self, casket: Any) -> None:
+        self.c = casket
+
     def seed_transaction(self, ids: list[bytes]) -> None:
-        from pyqstore._qstore import lib
+        try:
+            self.c.seed(ids, QUEUE_KEY)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
 
-        if not ids:
-            self.begin()
-            self.commit()
-            return
-        blob = b"".join(ids)
-        width = len(ids[0])
-        if len(blob) != width * len(ids):
-            raise Unsupported("ids of different lengths")
-        rc = lib.qs_bench_seed(self.c._c, QUEUE_KEY, len(QUEUE_KEY), blob, width, len(ids))
-        if rc:
-            from pyqstore.errors import error_for
-            raise error_for(rc, "bench_seed", self.c.path)
-
-    def queue_transaction(self, payloads: list[bytes]) -> None:
-        raise Unsupported("a C driver for the queue layer")
+    def close(self) -> None:
+        self.c.close()
 
 
-class Native(Pyqstore):
-    """The same experiment driven from C inside the extension: what the
-    Python binding costs is the difference to `pyqstore`."""
+class Native(Backend):
+    """The same experiment driven from C by the bench's own driver
+    (qstore_bench/native_seed.c over qstore.h): what the Python binding
+    costs is the difference to `pyqstore`."""
 
     name = "native"
     kinds = frozenset({"casket"})
+    module = "qstore_bench.native"
+    hint = "pip install ./bench (builds the driver; needs a C compiler)"
+
+    def version(self) -> str:
+        import pyqstore
+        return pyqstore.__version__
 
     def open(self, directory: str, sync: bool) -> Store:
-        import pyqstore
-        return _NativeStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+        from .native import NativeCasket
+        return _NativeStore(NativeCasket(os.path.join(directory, "bench.qs"), sync=sync))
 
 
 # ----------------------------------------------------------------- Tokyo Cabinet
