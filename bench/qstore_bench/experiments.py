@@ -18,6 +18,8 @@ back through a multiprocessing queue, and every wait has a timeout.
 """
 from __future__ import annotations
 
+import csv
+import math
 import multiprocessing
 import os
 import platform
@@ -505,37 +507,55 @@ def tune_cell(backend: bk.Backend, batch: int, writers: int, duration: float, sy
         shutil.rmtree(d, ignore_errors=True)
 
 
-def fit_models(cells: list[dict[str, float]]) -> dict[str, Any]:
-    """The seed's two models of throughput: linear in batch and writers, and
-    with squared terms; one-variable-at-a-time optima (the other variable
-    fixed at its median grid value, as the seed fixed batch size 20) and the
-    joint optimum of the quadratic surface within the grid."""
+KNOBS = ("writers", "batch")
+LINEAR = "items_per_s ~ writers + batch"
+QUADRATIC = "items_per_s ~ writers + I(writers**2) + batch + I(batch**2)"
+
+
+def fit_models(cells: list[dict[str, float]],
+               fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    """The seed's two models of throughput (statsmodels, the seed's R
+    formulas): linear in batch and writers, and with squared terms.  Then
+    on the quadratic surface: one-variable-at-a-time optima, the other knob
+    held at fix[knob] (default: its median grid value; the seed held batch
+    size at 20), and the joint optimum within the grid; when that lies on
+    the grid's edge it is an extrapolation, and the fit's unconstrained
+    optimum (None if the surface has no maximum) says where the fit would
+    go."""
     from . import regression as rg
 
-    y = [c["items_per_s"] for c in cells]
-    lin = rg.lm(y, cells, "items_per_s", [("writers", lambda r: r["writers"]),
-                                          ("batch", lambda r: r["batch"])])
-    quad = rg.lm(y, cells, "items_per_s", [
-        ("writers", lambda r: r["writers"]), ("I(writers^2)", lambda r: r["writers"] ** 2),
-        ("batch", lambda r: r["batch"]), ("I(batch^2)", lambda r: r["batch"] ** 2)])
+    lin = rg.ols(LINEAR, cells)
+    quad = rg.ols(QUADRATIC, cells)
     ws = sorted({c["writers"] for c in cells})
     bs = sorted({c["batch"] for c in cells})
-    w_fix, b_fix = statistics.median_low(ws), statistics.median_low(bs)
+    fix = dict(fix or {})
+    w_fix = fix.get("writers", statistics.median_low(ws))
+    b_fix = fix.get("batch", statistics.median_low(bs))
 
     def pred(w: float, b: float) -> float:
         return quad.predict({"writers": w, "batch": b})
 
+    def surface(x: Any) -> float:
+        return pred(float(x[0]), float(x[1]))
+
     w_opt = rg.maximize_1d(lambda w: pred(w, b_fix), ws[0], ws[-1])
     b_opt = rg.maximize_1d(lambda b: pred(w_fix, b), bs[0], bs[-1])
-    jw, jb = rg.maximize_2d(pred, (ws[0], ws[-1], bs[0], bs[-1]))
     best = max(cells, key=lambda c: c["items_per_s"])
+    box = [(ws[0], ws[-1]), (bs[0], bs[-1])]
+    jw, jb = (float(v) for v in rg.maximize(
+        surface, box, [((ws[0] + ws[-1]) / 2, (bs[0] + bs[-1]) / 2),
+                       (best["writers"], best["batch"])]))
+    span = [max(hi - lo, 1.0) for lo, hi in box]
+    edge = [name for name, v, (lo, hi), sp in zip(KNOBS, (jw, jb), box, span)
+            if lo < hi and min(v - lo, hi - v) <= 1e-4 * sp]
+    free = rg.unconstrained_maximum(surface, (jw, jb), span)
 
     def fit_dict(f: Any) -> dict[str, Any]:
         return {"formula": f.formula, "coefficients": dict(zip(f.names, f.coef)),
                 "std_errors": dict(zip(f.names, f.se)), "t": dict(zip(f.names, f.t)),
-                "p": dict(zip(f.names, f.p)), "r2": f.r2, "adj_r2": f.adj_r2, "rse": f.rse,
-                "df": f.df_resid, "f": f.f, "f_df": list(f.f_df), "f_p": f.f_p,
-                "summary": f.summary()}
+                "p": dict(zip(f.names, f.p)), "residuals": f.residuals, "r2": f.r2,
+                "adj_r2": f.adj_r2, "rse": f.rse, "df": f.df_resid, "f": f.f,
+                "f_df": list(f.f_df), "f_p": f.f_p, "summary": f.summary()}
 
     return {
         "linear": fit_dict(lin), "quadratic": fit_dict(quad),
@@ -544,13 +564,54 @@ def fit_models(cells: list[dict[str, float]]) -> dict[str, Any]:
                         "predicted": pred(w_opt, b_fix)},
             "batch": {"writers_fixed": w_fix, "best_batch": b_opt,
                       "predicted": pred(w_fix, b_opt)}},
-        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb)},
+        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb),
+                          "on_edge": edge, "extrapolation": bool(edge)},
+        "unconstrained_optimum": None if free is None else {
+            "writers": float(free[0]), "batch": float(free[1]),
+            "predicted": surface(free)},
         "best_measured": best}
+
+
+def read_observations(path: str) -> list[dict[str, float]]:
+    """The user's own tune measurements (like the seed's table of 7 runs):
+    a CSV file with a header naming writers, batch and items_per_s (other
+    columns are ignored).  ValueError naming the file, line and column of
+    anything else."""
+    need = ("writers", "batch", "items_per_s")
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: the header must name {', '.join(need)}; "
+                             f"missing: {', '.join(missing)}")
+        cells = []
+        for row in reader:
+            cell = {}
+            for c in need:
+                text = (row.get(c) or "").strip()
+                try:
+                    cell[c] = float(text)
+                except ValueError:
+                    raise ValueError(f"{path}, line {reader.line_num}: {c} is {text!r}, "
+                                     f"not a number") from None
+                if not math.isfinite(cell[c]):
+                    raise ValueError(f"{path}, line {reader.line_num}: {c} is {text!r}")
+            cells.append(cell)
+    if not cells:
+        raise ValueError(f"{path}: no observations")
+    return cells
+
+
+def tune_observations(cells: list[dict[str, float]], source: str,
+                      fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    """Seed 002's models and optima fitted to given observations."""
+    return {"experiment": "tune", "observations": source, "cells": cells,
+            "models": fit_models(cells, fix)}
 
 
 def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: float,
          sync: bool, processes: bool, base: Optional[str],
-         progress: Progress = _quiet) -> dict[str, Any]:
+         progress: Progress = _quiet, fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
     """Seed 002: throughput over a grid of batch size x concurrent writers,
     then the seed's regression models and optima (see fit_models)."""
     if processes and backend.no_processes:
@@ -570,7 +631,7 @@ def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: 
                         backend, b, w, duration, sync, processes, wd, session)})
     return {"experiment": "tune", "backend": backend.name, "sync": sync,
             "processes": processes, "duration": duration, "machine": info, "backends": report,
-            "cells": cells, "models": fit_models(cells)}
+            "cells": cells, "models": fit_models(cells, fix)}
 
 
 # --------------------------------------------------------------------- drain
