@@ -55,6 +55,21 @@ def _save(result: dict[str, Any], json_path: Optional[str]) -> None:
         click.echo(f"# results written to {json_path}")
 
 
+def _table(head: list[str], rows: list[list[str]]) -> None:
+    """A text table whose columns are as wide as their widest cell, two
+    spaces apart, so that no size runs two columns together; the first
+    column is left-aligned, the others right-aligned."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    click.echo(line(head))
+    for r in rows:
+        click.echo(line(r))
+
+
 class _Bar:
     """A progress line for steps that may take more than a second."""
 
@@ -90,8 +105,12 @@ def main() -> None:
 @main.command()
 @click.option("--max", "max_exp", type=click.IntRange(0, 7), default=5, show_default=True,
               help="largest n is 10^MAX")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="timed runs per cell (median shown, with min and max)")
+@click.option("--reps", type=click.IntRange(1), default=None,
+              help="timed runs per cell, median and mean shown with min and max "
+                   "[default: 3; 10 with --seed-method]")
+@click.option("--seed-method", is_flag=True,
+              help="the seed's method: each uuid made inside the timed loop, no warm-up "
+                   "run, the mean of --reps (10) runs")
 @click.option("--sync/--no-sync", default=True, show_default=True,
               help="commits durable on return (fsync) or not")
 @click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=36, show_default=True,
@@ -104,9 +123,9 @@ def main() -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="draw the seed's two figures into this PNG")
 @_common
-def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
-          csv_path: Optional[str], plot_path: Optional[str], backends: Optional[str],
-          base: Optional[str], json_path: Optional[str]) -> None:
+def sweep(max_exp: int, reps: Optional[int], seed_method: bool, sync: bool, payload_size: int,
+          layer: str, csv_path: Optional[str], plot_path: Optional[str],
+          backends: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
     """Seed 000: one transaction of n items, n = 1, 10, ..., 10^MAX.
 
     Each run opens a fresh file (not timed), times the transaction up to
@@ -117,30 +136,38 @@ def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
     Example:
       qstore-bench sweep --max 4 --reps 3 --json sweep.json --plot sweep.png
       qstore-bench sweep --layer queue -b pyqstore,lmdb,redis --no-sync
+      qstore-bench sweep --seed-method --max 5      # as the seed measured
     """
     chosen = _pick(backends)
+    reps = reps or (10 if seed_method else 3)
     bar = _Bar(len(chosen) * (max_exp + 1), "sweep")
     try:
-        result = ex.sweep(chosen, max_exp, reps, sync, payload_size, layer, base, bar)
+        result = ex.sweep(chosen, max_exp, reps, sync, payload_size, layer, base, bar,
+                          method="seed" if seed_method else "prepared")
     finally:
         bar.close()
     _header(result)
-    click.echo(f"{'backend':<14}{'n':>10}{'s/txn':>12}{'min':>10}{'max':>10}"
-               f"{'us/item':>10}{'items/s':>14}")
+    if seed_method:
+        click.echo(f"# the seed's method: uuids made inside the timed loop, {reps} runs, "
+                   "no warm-up")
+    rows = []
     for r in result["results"]:
         s = r["seconds"]
-        click.echo(f"{r['backend']:<14}{r['n']:>10}{s['median']:>12.6f}{s['min']:>10.6f}"
-                   f"{s['max']:>10.6f}{r['us_per_item']:>10.2f}"
-                   f"{(r['items_per_s'] or 0):>14,.0f}")
+        rows.append([r["backend"], str(r["n"]), f"{s['median']:.6f}", f"{s['mean']:.6f}",
+                     f"{s['min']:.6f}", f"{s['max']:.6f}", f"{r['us_per_item']:.2f}",
+                     f"{(r['items_per_s'] or 0):,.0f}"])
+    click.echo("# seconds per transaction: median, mean, min and max over the runs")
+    _table(["backend", "n", "median_s", "mean_s", "min_s", "max_s", "us/item", "items/s"], rows)
     if csv_path:
         with open(csv_path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["backend", "n", "seconds_median", "seconds_min", "seconds_max",
-                        "us_per_item", "items_per_s", "warmup_seconds"])
+            w.writerow(["backend", "n", "seconds_median", "seconds_mean", "seconds_min",
+                        "seconds_max", "us_per_item", "items_per_s", "warmup_seconds", "times"])
             for r in result["results"]:
                 s = r["seconds"]
-                w.writerow([r["backend"], r["n"], s["median"], s["min"], s["max"],
-                            r["us_per_item"], r["items_per_s"], r["warmup_seconds"]])
+                w.writerow([r["backend"], r["n"], s["median"], s["mean"], s["min"], s["max"],
+                            r["us_per_item"], r["items_per_s"], r["warmup_seconds"],
+                            " ".join(repr(t) for t in r["times"])])
     if plot_path:
         _plot_sweep(result, plot_path)
         click.echo(f"# plot written to {plot_path}")
@@ -218,7 +245,12 @@ def correctness(count: int, max_value: int, backends: Optional[str], base: Optio
 
 @main.command()
 @click.option("--threads", "-x", type=click.IntRange(1, 256), default=2, show_default=True,
-              help="writer/reader threads, one handle each")
+              help="writer/reader threads")
+@click.option("--handles", type=click.Choice(list(ex.HANDLES)), default="per-thread",
+              show_default=True,
+              help="per-thread: each thread its own handle (connection, or a view of the "
+                   "process's environment with its own transactions); shared: all threads "
+                   "use one handle")
 @click.option("--requests", "-n", type=click.IntRange(1), default=10000, show_default=True,
               help="requests per phase, over all threads")
 @click.option("--value-size", "-l", type=click.IntRange(0, 1 << 20), default=32,
@@ -227,7 +259,7 @@ def correctness(count: int, max_value: int, backends: Optional[str], base: Optio
               help="every put durable on return, or not (seed 001's servers did not sync)")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True)
 @_common
-def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
+def perf(threads: int, handles: str, requests: int, value_size: int, sync: bool, reps: int,
          backends: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
     """Seed 001's KeyValuePerformance: a write phase then a read phase of
     REQUESTS requests over THREADS threads, total ms and ops/s per phase.
@@ -236,26 +268,32 @@ def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
     \b
     Example:
       qstore-bench perf -x 2 -n 10000 -l 32 -b pyqstore,redis,memcached
+      qstore-bench perf -x 4 --handles shared --sync
     """
     chosen = _pick(backends)
     bar = _Bar(len(chosen) + 1, "perf")
     try:
-        result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar)
+        result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar, handles)
     finally:
         bar.close()
     _header(result)
-    click.echo(f"{threads} threads, {requests} requests of {value_size} bytes, "
-               f"{'sync' if sync else 'no sync'}, median of {reps}")
-    click.echo(f"{'backend':<14}{'write ms':>10}{'(min-max)':>16}{'writes/s':>12}"
-               f"{'read ms':>10}{'(min-max)':>16}{'reads/s':>12}{'warm-up ms w/r':>18}")
+    click.echo(f"{threads} threads, {handles} handles, {requests} requests of {value_size} "
+               f"bytes, {'sync' if sync else 'no sync'}, median of {reps}")
+    rows, notes = [], []
     for r in result["results"]:
         w, rd, wu = r["write_ms"], r["read_ms"], r["warmup"]
-        wspan = "({:.1f}-{:.1f})".format(w["min"], w["max"])
-        rspan = "({:.1f}-{:.1f})".format(rd["min"], rd["max"])
-        warm = "{:.1f}/{:.1f}".format(wu["write_ms"], wu["read_ms"])
-        click.echo(f"{r['backend']:<14}{w['median']:>10.1f}{wspan:>16}"
-                   f"{r['writes_per_s']:>12,.0f}{rd['median']:>10.1f}{rspan:>16}"
-                   f"{r['reads_per_s']:>12,.0f}{warm:>18}")
+        synced = r["sync"]
+        if synced.startswith("cannot: "):
+            notes.append(f"# {r['backend']} {synced}")
+            synced = "cannot"
+        rows.append([r["backend"], r["handles"], synced, f"{w['median']:.1f}",
+                     f"({w['min']:.1f}-{w['max']:.1f})", f"{r['writes_per_s']:,.0f}",
+                     f"{rd['median']:.1f}", f"({rd['min']:.1f}-{rd['max']:.1f})",
+                     f"{r['reads_per_s']:,.0f}", f"{wu['write_ms']:.1f}/{wu['read_ms']:.1f}"])
+    _table(["backend", "handles", "sync", "write ms", "(min-max)", "writes/s", "read ms",
+            "(min-max)", "reads/s", "warm-up ms w/r"], rows)
+    for line in notes:
+        click.echo(line)
     _save(result, json_path)
 
 

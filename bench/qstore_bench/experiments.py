@@ -112,7 +112,8 @@ class Workdir:
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+    return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "min": min(xs),
+            "max": max(xs)}
 
 
 # --------------------------------------------------------------------- sweep
@@ -126,13 +127,33 @@ def make_ids(n: int, size: int, rng: random.Random) -> list[bytes]:
     return out
 
 
+def seed_ids(n: int, size: int) -> list[bytes]:
+    """n fresh uuid4 strings, as the seed made them (UUID.randomUUID), cut
+    or padded to size."""
+    out = []
+    for _ in range(n):
+        u = str(uuid.uuid4()).encode()
+        out.append(u[:size] if size <= len(u) else u + b"." * (size - len(u)))
+    return out
+
+
+SWEEP_METHODS = ("prepared", "seed")
+
+
 def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, payload_size: int,
           layer: str, base: Optional[str], progress: Progress = _quiet,
-          seed: int = 1) -> dict[str, Any]:
+          seed: int = 1, method: str = "prepared") -> dict[str, Any]:
     """Seed 000: for n = 1, 10, ..., 10**max_exp, one transaction of n items
     per run (casket layer: putdup(QUEUE, id) and putdup(id, id); queue
-    layer: n queue puts), `reps` timed runs on fresh files plus one warm-up
-    run (n <= 10**5) that is reported but not counted."""
+    layer: n queue puts) on a fresh file.  method "prepared": the ids are
+    made before the clock starts, `reps` timed runs plus one warm-up run
+    (n <= 10**5) that is reported but not counted; "seed": the seed's
+    method, the uuids made inside the timed region and every one of the
+    `reps` runs counted (the seed averaged 10).  Each row keeps every run's
+    time, their median and mean."""
+    if method not in SWEEP_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SWEEP_METHODS)}, not {method!r}")
+    warmups = method == "prepared"
     kind = "casket" if layer == "casket" else "queue"
     usable, report = backend_report(backends, kind)
     rng = random.Random(seed)
@@ -144,14 +165,17 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                 with b.session(sync) as session:
                     for e in range(max_exp + 1):
                         n = 10 ** e
-                        ids = make_ids(n, payload_size, rng)
+                        ids = make_ids(n, payload_size, rng) if warmups else []
                         progress(f"{b.name} n={n}")
                         times, warm = [], None
-                        for r in range(reps + (1 if n <= 10 ** 5 else 0)):
+                        warmup = warmups and n <= 10 ** 5
+                        for r in range(reps + (1 if warmup else 0)):
                             d = wd.fresh()
                             store = bk.open_store(b, d, sync, session)
                             try:
                                 t0 = time.perf_counter()
+                                if not warmups:
+                                    ids = seed_ids(n, payload_size)
                                 if layer == "casket":
                                     store.seed_transaction(ids)
                                 else:
@@ -160,7 +184,7 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                             finally:
                                 store.close()
                                 shutil.rmtree(d, ignore_errors=True)
-                            if n <= 10 ** 5 and r == 0:
+                            if warmup and r == 0:
                                 warm = dt
                             else:
                                 times.append(dt)
@@ -169,11 +193,12 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                             "backend": b.name, "n": n, "seconds": st,
                             "us_per_item": st["median"] / n * 1e6,
                             "items_per_s": n / st["median"] if st["median"] > 0 else None,
-                            "runs": len(times), "warmup_seconds": warm})
+                            "runs": len(times), "times": times, "warmup_seconds": warm})
             except bk.Unsupported as e:
                 report[b.name] = {"available": False, "reason": f"cannot do this: {e}"}
                 results = [r for r in results if r["backend"] != b.name]
-    return {"experiment": "sweep", "layer": layer, "sync": sync, "payload_size": payload_size,
+    return {"experiment": "sweep", "method": method, "layer": layer, "sync": sync,
+            "payload_size": payload_size,
             "reps": reps, "machine": info, "backends": report, "results": results}
 
 
@@ -291,13 +316,36 @@ def _phase(stores: list[bk.Store], work: Callable[[bk.Store, int, int], None],
     return dt
 
 
+HANDLES = ("per-thread", "shared")
+
+
+def sync_label(b: bk.Backend, sync: bool) -> str:
+    """What a row's sync setting is: yes, no, or why the backend cannot."""
+    if not sync:
+        return "no"
+    return f"cannot: {b.cannot_sync}" if b.cannot_sync else "yes"
+
+
 def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
-         reps: int, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
-    """Seed 001's KeyValuePerformance: one handle per thread, a write phase
-    (each put its own commit) then a read phase; median, min and max over
-    reps after one warm-up run (reported, not counted); the null backend's
-    times are the harness's own overhead."""
+         reps: int, base: Optional[str], progress: Progress = _quiet,
+         handles: str = "per-thread") -> dict[str, Any]:
+    """Seed 001's KeyValuePerformance: a write phase (each put its own
+    commit) then a read phase; with handles "per-thread" each thread has
+    its own handle (Store.connect), with "shared" all threads use one; a
+    backend that cannot do the chosen one is refused with the reason before
+    it starts.  Median, min and max over reps after one warm-up run
+    (reported, not counted); the null backend's times are the harness's own
+    overhead."""
+    if handles not in HANDLES:
+        raise ValueError(f"handles must be one of {', '.join(HANDLES)}, not {handles!r}")
     usable, report = backend_report(backends, "kv")
+    if threads > 1:
+        for b in list(usable):
+            why = b.no_thread_handles if handles == "per-thread" else b.no_shared_handle
+            if why:
+                usable.remove(b)
+                report[b.name] = {"available": False,
+                                  "reason": f"cannot run with {handles} handles: {why}"}
     keys = [b"key-%010d" % i for i in range(requests)]
     value = b"v" * value_size
     results = []
@@ -321,7 +369,9 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                 for _ in range(reps + 1):   # the first is a warm-up, reported apart
                     d = wd.fresh()
                     first = bk.open_store(b, d, sync, session)
-                    stores = [first] + [first.connect() for _ in range(threads - 1)]
+                    stores = [first] + [first.connect() if handles == "per-thread" else first
+                                        for _ in range(threads - 1)]
+                    distinct = len({id(s) for s in stores})
                     try:
                         w_times.append(_phase(stores, write, threads, requests))
                         r_times.append(_phase(stores, read, threads, requests))
@@ -335,13 +385,15 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                         shutil.rmtree(d, ignore_errors=True)
             warm = {"write_ms": w_times.pop(0) * 1e3, "read_ms": r_times.pop(0) * 1e3}
             w, r = _stats(w_times), _stats(r_times)
-            results.append({"backend": b.name, "write_ms": {k: v * 1e3 for k, v in w.items()},
+            results.append({"backend": b.name, "handles": handles,
+                            "distinct_handles": distinct, "sync": sync_label(b, sync),
+                            "write_ms": {k: v * 1e3 for k, v in w.items()},
                             "read_ms": {k: v * 1e3 for k, v in r.items()},
                             "writes_per_s": requests / w["median"],
                             "reads_per_s": requests / r["median"], "warmup": warm})
     report["null"] = {"available": True, "version": "-"}
     return {"experiment": "perf", "threads": threads, "requests": requests,
-            "value_size": value_size, "sync": sync, "reps": reps, "machine": info,
+            "value_size": value_size, "sync": sync, "handles": handles, "reps": reps, "machine": info,
             "backends": report, "results": results}
 
 
