@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from types import ModuleType
+from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(os.path.dirname(_HERE))
@@ -25,7 +27,7 @@ int qsb_seed(qs_casket *c, const char *qkey, size_t qklen, const void *ids, size
 """
 
 
-def _store_build():
+def _store_build() -> ModuleType:
     if not os.path.exists(_STORE_BUILD):
         raise RuntimeError(
             f"qstore-bench's native driver builds from a pyqstore checkout: "
@@ -37,7 +39,7 @@ def _store_build():
     return mod
 
 
-def make_builder():
+def make_builder() -> Any:
     sb = _store_build()
     builder = sb.FFI()
     # API mode: the compiler checks this declaration against native_seed.h

@@ -496,10 +496,12 @@ class _LmdbStore(Store):
 
     def get(self, key: bytes) -> Optional[bytes]:
         if self.txn is not None:
-            return cast(Optional[bytes], self.txn.get(key, db=self.kv))
+            result: Optional[bytes] = self.txn.get(key, db=self.kv)
+            return result
         # one read transaction, freed with its object (the context manager's
         # commit on exit cost 40% of a read)
-        return cast(Optional[bytes], self.env.begin(db=self.kv).get(key))
+        value: Optional[bytes] = self.env.begin(db=self.kv).get(key)
+        return value
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self._write(lambda t: t.put(key, value, db=self.dups, dupdata=True))
@@ -769,6 +771,10 @@ class _BdbStore(Store):
         self.dbm = db
         self.path, self.sync, self.owner = path, sync, owner
         self.txn: Any = None
+        self.env: Any
+        self.dups: Any
+        self.kv: Any
+        self.ids: Iterator[int]
         if owner is not None:
             self.env, self.dups, self.kv, self.ids = owner.env, owner.dups, owner.kv, owner.ids
             self.q = self.dups
@@ -789,7 +795,7 @@ class _BdbStore(Store):
         self.kv.open("kv.db", dbtype=db.DB_BTREE,
                      flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
         # queue keys, unique over the threads of this process
-        self.ids: Iterator[int] = itertools.count(1)
+        self.ids = itertools.count(1)
         self.q = self.dups
 
     def begin(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyqstore.errors import error_for
 
-from ._native import ffi, lib
+from ._native import ffi, lib  # type: ignore[import-not-found, unused-ignore]
 
 QUEUE_KEY = b"QUEUE"
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import pandas as pd
-import statsmodels.formula.api as smf
-from scipy import optimize
+import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+import statsmodels.formula.api as smf  # type: ignore[import-untyped, unused-ignore]
+from scipy import optimize  # type: ignore[import-untyped, unused-ignore]
 
 # R's print width and summary.lm's digits (max(3, getOption("digits") - 3))
 WIDTH = 80
@@ -196,4 +196,5 @@ def unconstrained_maximum(fn: Callable[[np.ndarray], float],
                           + fn(x - ei - ej)) / (4 * h[i] * h[j])
     if not np.all(np.linalg.eigvalsh((hess + hess.T) / 2) < 0):
         return None
-    return x
+    result: np.ndarray = x
+    return result
