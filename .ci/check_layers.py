@@ -72,7 +72,6 @@ LAYERS = {
     "records.c": "casket",
     "cursor.c": "casket",
     "maint.c": "casket",
-    "bench_seed.c": "top",
     "qres.h": "queue",
     "qres.c": "queue",
     "queue.h": "queue",
@@ -116,7 +115,7 @@ KNOWN_UPWARD_CALLS = set()
 # accessors, so its fields can change without the queue knowing.
 PRIVATE = {
     "handle.h": {"casket.c", "txn.c", "txn.h", "group.c", "records.c",
-                 "cursor.c", "maint.c", "bench_seed.c",
+                 "cursor.c", "maint.c",
                  # faking a reused thread id needs the owner's fields
                  "test_transactions.c"},
 }

@@ -6,7 +6,8 @@
 # (so every Python object is a malloc block memcheck can see), one XML report
 # per process (children traced), then fails if any error -- or any definite
 # or indirect leak -- has a frame in pyqstore's extension (_qstore*.so: the
-# C core and its cffi wrappers).  Errors entirely inside the interpreter,
+# C core and its cffi wrappers) or in qstore-bench's native driver
+# (qstore_bench/_native*.so: its own copy of the core).  Errors entirely inside the interpreter,
 # libc or cffi's backend are counted and printed but do not fail the run;
 # tests/valgrind-python.supp silences the known ones (it names only
 # interpreter / libc / cffi-backend frames, never _qstore or csrc code).
@@ -84,8 +85,8 @@ jobs_list=(
     "casket|${PYTEST[*]} tests/test_casket.py -k '$KCASKET'"
     "queue_api|${PYTEST[*]} tests/test_queue_api.py"
     "queue_threads|${PYTEST[*]} tests/test_queue_threads.py -k '$KTHREADS'"
-    "seed000|$PY bench/seed000.py --max 3 --reps 1 --backends pyqstore,pyqstore-batch,native --timeout 1200"
-    "qstore_bench_sweep|$PY -m pyqstore.qbench.cli sweep --max 3 --reps 1 -b pyqstore,native --no-sync"
+    "seed000|$PY bench/scripts/seed000.py --max 3 --reps 1 --backends pyqstore,pyqstore-batch,native --timeout 1200"
+    "qstore_bench_sweep|$PY -m qstore_bench.cli sweep --max 3 --reps 1 -b pyqstore,native --no-sync"
 )
 
 t0=$(date +%s)
@@ -136,7 +137,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
-OURS = re.compile(r"(^|/)_qstore[^/]*\.so$")
+OURS = re.compile(r"(^|/)(_qstore|qstore_bench/_native)[^/]*\.so$")
 out = sys.argv[1]
 files = sorted(glob.glob(os.path.join(out, "vg.*.xml")))
 kinds = collections.Counter()

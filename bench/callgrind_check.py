@@ -12,7 +12,7 @@ reports *instructions per item* for each phase:
                        included); per id
   casket_putdup_many   the same 2n pairs built as a list and given to one
                        ``putdup_many`` in a transaction (building the pair
-                       list is counted, as in bench/seed000.py); per id
+                       list is counted, as in bench/scripts/seed000.py); per id
   queue_put_many       ``q.put_many(payloads)``: n items in one call; per item
   queue_put_txn        ``q.put(p)`` for each of n payloads inside one
                        transaction; per item

@@ -854,18 +854,6 @@ int qs_queue_list(qs_casket *c, qs_items **out);
  *         use it. */
 int qs_queue_records(qs_casket *c, uint64_t *count);
 
-/* Runs the seed-000 workload entirely in C: one transaction of n items,
- * each putdup(qkey, id_i) and putdup(id_i, id_i), where id_i are the n
- * strings of idlen bytes at ids + i*idlen.  Used by the benchmark to show
- * what the Python binding costs.  Inside the caller's transaction the
- * putdups are part of it (and buffered, as qs_putdup's).
- * @return 0, or QS_INVAL (qkey NULL with qklen > 0, ids NULL with n > 0),
- *         and what qs_begin, qs_putdup and qs_commit return
- * @fail   outside a transaction nothing is stored; inside the caller's,
- *         the putdups made before the failure stay in it. */
-int qs_bench_seed(qs_casket *c, const char *qkey, size_t qklen,
-                  const void *ids, size_t idlen, size_t n);
-
 #ifdef __cplusplus
 }
 #endif

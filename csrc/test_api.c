@@ -2,7 +2,7 @@
  * test_api.c -- the public record API (qstore.h) call by call: an empty
  * casket, the open flags (read-only, missing, NEW truncates, bad options),
  * keys and values over the limits, the error texts, putdup_many's
- * all-or-nothing, cursor semantics, sync off and on, qs_bench_seed.
+ * all-or-nothing, cursor semantics, sync off and on.
  */
 #include <sys/mman.h>
 
@@ -475,35 +475,6 @@ static void persistence_sync_off(void)
     tc_tmp_remove(&t);
 }
 
-static void bench_seed(void)
-{
-    tc_tmp t;
-    REQUIRE(tc_tmp_make(&t) == 0);
-    int rc;
-    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
-    REQUIRE_RC(rc, 0);
-    const size_t n = 1000, idlen = 16;
-    char *ids = malloc(n * idlen);
-    for (size_t i = 0; i < n; i++) {
-        char tmp[32];
-        snprintf(tmp, sizeof tmp, "id-%012zu", i);
-        memcpy(ids + i * idlen, tmp, idlen);
-    }
-    CHECK_RC(qs_bench_seed(c, "q", 1, ids, idlen, n), 0);
-    CHECK(records_of(c) == 2 * n);
-    CHECK(count_of(c, "q", 1) == n);
-    CHECK(count_of(c, ids + 5 * idlen, idlen) == 1);
-    void *v = NULL;
-    size_t vn = 0;
-    CHECK_RC(qs_get(c, "q", 1, &v, &vn), 0);
-    CHECK(vn == idlen && v && memcmp(v, ids, idlen) == 0);
-    qs_free(v);
-    CHECK_RC(check_ok(c), 0);
-    free(ids);
-    CHECK_RC(qs_close(c), 0);
-    tc_tmp_remove(&t);
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -516,6 +487,5 @@ int main(void)
     RUN(putdup_many_atomic);
     RUN(cursor_semantics);
     RUN(persistence_sync_off);
-    RUN(bench_seed);
     return tc_summary();
 }

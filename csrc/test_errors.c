@@ -356,8 +356,6 @@ static void bad_arguments_are_qs_inval(void)
     CHECK_RC(qs_progress(c, NULL, &n), QS_INVAL);
     CHECK(n == UNSET_NUM);
     CHECK_RC(qs_stat_get(c, NULL), QS_INVAL);
-    CHECK_RC(qs_bench_seed(c, NULL, 1, "i", 1, 1), QS_INVAL);
-    CHECK_RC(qs_bench_seed(c, "q", 1, NULL, 1, 1), QS_INVAL);
     /* cursors */
     qs_cursor *cur = UNSET_PTR;
     CHECK_RC(qs_cursor_open(c, NULL), QS_INVAL);

@@ -46,7 +46,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root
 sys.path.insert(0, HERE)
 
 # pyqstore is imported only where it is used (here and in _mproc), so that

@@ -16,8 +16,10 @@ install it; nothing is silently dropped.
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import struct
+import threading
 from typing import Any, Iterator, Optional, cast
 
 from . import servers
@@ -81,7 +83,10 @@ class Store:
         self.commit()
 
     def connect(self) -> "Store":
-        """Another handle on the same store (for another thread)."""
+        """The handle another thread uses, the way the product's
+        documentation says threads use it: its own connection, or a view of
+        the process's one environment with transactions of its own.  A
+        product whose one handle is shared by threads returns self."""
         return self
 
     def close(self) -> None:
@@ -96,6 +101,12 @@ class Backend:
     dup_order = True         # duplicates come back in insertion order
     hint = ""                # how to install it
     module: Optional[str] = None
+    # why a --sync run cannot make each write durable (None: it can)
+    cannot_sync: Optional[str] = None
+    # why threads cannot have a handle each (connect() returns the one handle)
+    no_thread_handles: Optional[str] = None
+    # why threads cannot share one handle
+    no_shared_handle: Optional[str] = None
 
     def unavailable(self) -> Optional[str]:
         """None when usable here, else the reason."""
@@ -142,8 +153,9 @@ class Session:
 # ------------------------------------------------------------------ pyqstore
 
 class _PyqStore(Store):
-    def __init__(self, casket: Any) -> None:
+    def __init__(self, casket: Any, sync: bool = True) -> None:
         self.c = casket
+        self.sync = sync
         self.queues: dict[str, Any] = {}
 
     def begin(self) -> None:
@@ -185,6 +197,11 @@ class _PyqStore(Store):
     def queue_transaction(self, payloads: list[bytes]) -> None:
         self._q("port").put_many(payloads)
 
+    def connect(self) -> Store:
+        import pyqstore
+        return _PyqStore(pyqstore.open(self.c.path, "w", sync=self.sync,
+                                       lock_timeout=ATTACH_LOCK_TIMEOUT), self.sync)
+
     def close(self) -> None:
         self.c.close()
 
@@ -201,45 +218,46 @@ class Pyqstore(Backend):
 
     def open(self, directory: str, sync: bool) -> Store:
         import pyqstore
-        return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+        return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync),
+                         sync)
 
     def attach(self, directory: str, sync: bool) -> Store:
         import pyqstore
         return _PyqStore(pyqstore.open(os.path.join(directory, "bench.qs"), "w", sync=sync,
-                                       lock_timeout=ATTACH_LOCK_TIMEOUT))
+                                       lock_timeout=ATTACH_LOCK_TIMEOUT), sync)
 
 
-class _NativeStore(_PyqStore):
+class _NativeStore(Store):
+    def __init__(self, casket: Any) -> None:
+        self.c = casket
+
     def seed_transaction(self, ids: list[bytes]) -> None:
-        from .._qstore import lib
+        try:
+            self.c.seed(ids, QUEUE_KEY)
+        except ValueError as e:
+            raise Unsupported(str(e)) from None
 
-        if not ids:
-            self.begin()
-            self.commit()
-            return
-        blob = b"".join(ids)
-        width = len(ids[0])
-        if len(blob) != width * len(ids):
-            raise Unsupported("ids of different lengths")
-        rc = lib.qs_bench_seed(self.c._c, QUEUE_KEY, len(QUEUE_KEY), blob, width, len(ids))
-        if rc:
-            from ..errors import error_for
-            raise error_for(rc, "bench_seed", self.c.path)
-
-    def queue_transaction(self, payloads: list[bytes]) -> None:
-        raise Unsupported("a C driver for the queue layer")
+    def close(self) -> None:
+        self.c.close()
 
 
-class Native(Pyqstore):
-    """The same experiment driven from C inside the extension: what the
-    Python binding costs is the difference to `pyqstore`."""
+class Native(Backend):
+    """The same experiment driven from C by the bench's own driver
+    (qstore_bench/native_seed.c over qstore.h): what the Python binding
+    costs is the difference to `pyqstore`."""
 
     name = "native"
     kinds = frozenset({"casket"})
+    module = "qstore_bench.native"
+    hint = "pip install ./bench (builds the driver; needs a C compiler)"
+
+    def version(self) -> str:
+        import pyqstore
+        return pyqstore.__version__
 
     def open(self, directory: str, sync: bool) -> Store:
-        import pyqstore
-        return _NativeStore(pyqstore.open(os.path.join(directory, "bench.qs"), "n", sync=sync))
+        from .native import NativeCasket
+        return _NativeStore(NativeCasket(os.path.join(directory, "bench.qs"), sync=sync))
 
 
 # ----------------------------------------------------------------- Tokyo Cabinet
@@ -252,6 +270,7 @@ bool tcbdbopen(void *bdb, const char *path, int omode);
 bool tcbdbclose(void *bdb);
 bool tcbdbtranbegin(void *bdb);
 bool tcbdbtrancommit(void *bdb);
+bool tcbdbsync(void *bdb);
 bool tcbdbput(void *bdb, const void *kbuf, int ksiz, const void *vbuf, int vsiz);
 bool tcbdbputdup(void *bdb, const void *kbuf, int ksiz, const void *vbuf, int vsiz);
 bool tcbdbout(void *bdb, const void *kbuf, int ksiz);
@@ -292,7 +311,10 @@ def _tclib() -> Any:
 
 class _TCStore(Store):
     """Seed 000's exact calls: tcbdbopen(OWRITER|OCREAT[|OTSYNC]),
-    tcbdbtranbegin, tcbdbputdup, tcbdbtrancommit."""
+    tcbdbtranbegin, tcbdbputdup, tcbdbtrancommit.  OTSYNC syncs at a
+    transaction's commit only: a write outside a transaction stays in the
+    handle's cache, so with sync on each such write is followed by
+    tcbdbsync (the library's call for making it durable)."""
 
     def __init__(self, path: str, sync: bool) -> None:
         self.ffi, self.lib = _tclib()
@@ -304,6 +326,8 @@ class _TCStore(Store):
             self.lib.tcbdbdel(self.bdb)
             raise OSError(f"tcbdbopen: {err}")
         self.next_id = 0
+        self.sync = sync
+        self.in_txn = False
 
     def _err(self) -> str:
         result: str = self.ffi.string(self.lib.tcbdberrmsg(self.lib.tcbdbecode(self.bdb))).decode()
@@ -315,15 +339,23 @@ class _TCStore(Store):
 
     def begin(self) -> None:
         self._ok(self.lib.tcbdbtranbegin(self.bdb), "tcbdbtranbegin")
+        self.in_txn = True
 
     def commit(self) -> None:
+        self.in_txn = False
         self._ok(self.lib.tcbdbtrancommit(self.bdb), "tcbdbtrancommit")
+
+    def _durable(self) -> None:
+        if self.sync and not self.in_txn:
+            self._ok(self.lib.tcbdbsync(self.bdb), "tcbdbsync")
 
     def put(self, key: bytes, value: bytes) -> None:
         self._ok(self.lib.tcbdbput(self.bdb, key, len(key), value, len(value)), "tcbdbput")
+        self._durable()
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self._ok(self.lib.tcbdbputdup(self.bdb, key, len(key), value, len(value)), "tcbdbputdup")
+        self._durable()
 
     def get(self, key: bytes) -> Optional[bytes]:
         sp = self.ffi.new("int *")
@@ -354,7 +386,8 @@ class _TCStore(Store):
     def qput(self, name: str, payload: bytes) -> None:
         self.next_id += 1
         i = _be64(self.next_id)
-        self.putdup(name.encode(), i)
+        k = name.encode()
+        self._ok(self.lib.tcbdbputdup(self.bdb, k, len(k), i, len(i)), "tcbdbputdup")
         self.put(i, payload)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
@@ -368,6 +401,8 @@ class _TCStore(Store):
             p = self.get(i)
             self._ok(self.lib.tcbdbout(self.bdb, i, len(i)), "tcbdbout")
             out.append(p if p is not None else b"")
+        if out:
+            self._durable()
         return out
 
     def qlen(self, name: str) -> int:
@@ -388,6 +423,8 @@ class TokyoCabinet(Backend):
     hint = "apt-get install libtokyocabinet9"
     no_processes = ("a writer's handle truncates the file and locks it for as long as it is "
                     "open, so processes would write one after another")
+    no_thread_handles = ("one handle per process and file: its documentation has threads "
+                         "share one handle made thread-safe by tcbdbsetmutex")
 
     def unavailable(self) -> Optional[str]:
         try:
@@ -408,16 +445,27 @@ class TokyoCabinet(Backend):
 # ---------------------------------------------------------------------- lmdb
 
 class _LmdbStore(Store):
-    def __init__(self, path: str, sync: bool) -> None:
-        import lmdb
+    """py-lmdb as its documentation has it: one Environment per process,
+    shared by its threads, each thread with transactions of its own
+    (connect() gives a thread its view); a read is one read-only
+    transaction, env.begin(db=...).get(), as in its examples."""
 
-        self.env = lmdb.open(path, map_size=1 << 34, sync=sync, metasync=sync, max_dbs=4,
-                             lock=True)
-        self.dups = self.env.open_db(b"casket", dupsort=True)
-        self.kv = self.env.open_db(b"kv")
-        self.q = self.env.open_db(b"queues")
+    def __init__(self, path: str, sync: bool, owner: Optional["_LmdbStore"] = None) -> None:
+        if owner is None:
+            import lmdb
+
+            self.env = lmdb.open(path, map_size=1 << 34, sync=sync, metasync=sync, max_dbs=4,
+                                 lock=True)
+            self.dups = self.env.open_db(b"casket", dupsort=True)
+            self.kv = self.env.open_db(b"kv")
+            self.q = self.env.open_db(b"queues")
+            # queue keys, unique over the threads of this process
+            self.ids: Iterator[int] = itertools.count(1)
+        else:
+            self.env, self.dups, self.kv, self.q = owner.env, owner.dups, owner.kv, owner.q
+            self.ids = owner.ids
+        self.path, self.sync, self.owner = path, sync, owner
         self.txn: Any = None
-        self.next_id = 0
 
     def _w(self) -> tuple[Any, bool]:
         if self.txn is not None:
@@ -447,8 +495,13 @@ class _LmdbStore(Store):
         self._write(lambda t: t.put(key, value, db=self.kv))
 
     def get(self, key: bytes) -> Optional[bytes]:
-        with self.env.begin() as t:
-            return t.get(key, db=self.kv)
+        if self.txn is not None:
+            result: Optional[bytes] = self.txn.get(key, db=self.kv)
+            return result
+        # one read transaction, freed with its object (the context manager's
+        # commit on exit cost 40% of a read)
+        value: Optional[bytes] = self.env.begin(db=self.kv).get(key)
+        return value
 
     def putdup(self, key: bytes, value: bytes) -> None:
         self._write(lambda t: t.put(key, value, db=self.dups, dupdata=True))
@@ -461,8 +514,7 @@ class _LmdbStore(Store):
             return list(cur.iternext_dup())
 
     def qput(self, name: str, payload: bytes) -> None:
-        self.next_id += 1
-        k = name.encode() + b"\0" + _be64(self.next_id)
+        k = name.encode() + b"\0" + _be64(next(self.ids))
         self._write(lambda t: t.put(k, payload, db=self.q))
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
@@ -494,10 +546,15 @@ class _LmdbStore(Store):
                     n += 1
             return n
 
+    def connect(self) -> Store:
+        return _LmdbStore(self.path, self.sync, self.owner or self)
+
     def close(self) -> None:
         if self.txn is not None:
             self.txn.abort()
-        self.env.close()
+            self.txn = None
+        if self.owner is None:
+            self.env.close()
 
 
 class Lmdb(Backend):
@@ -513,7 +570,7 @@ class Lmdb(Backend):
 
     def attach(self, directory: str, sync: bool) -> Store:
         s = _LmdbStore(os.path.join(directory, "lmdb"), sync)
-        s.next_id = os.getpid() << 32   # queue keys of different processes never collide
+        s.ids = itertools.count(os.getpid() << 32)   # keys of processes never collide
         return s
 
 
@@ -701,17 +758,33 @@ class Redis(Backend):
 
 class _BdbStore(Store):
     """DB_BTREE with DB_DUP (duplicates in insertion order) in a
-    transactional environment; with sync off, DB_TXN_NOSYNC."""
+    transactional environment; with sync off, DB_TXN_NOSYNC.  As Berkeley
+    DB's documentation has threads use it: one DB_THREAD environment and
+    database handles per process, each thread with its own transactions
+    (connect() gives a thread its view), the lock manager's deadlock
+    detector on, and a transaction chosen as a deadlock's victim aborted and
+    run again."""
 
-    def __init__(self, path: str, sync: bool) -> None:
+    def __init__(self, path: str, sync: bool, owner: Optional["_BdbStore"] = None) -> None:
         from berkeleydb import db  # type: ignore[import-untyped, unused-ignore]
 
         self.dbm = db
+        self.path, self.sync, self.owner = path, sync, owner
+        self.txn: Any = None
+        self.env: Any
+        self.dups: Any
+        self.kv: Any
+        self.ids: Iterator[int]
+        if owner is not None:
+            self.env, self.dups, self.kv, self.ids = owner.env, owner.dups, owner.kv, owner.ids
+            self.q = self.dups
+            return
         os.makedirs(path, exist_ok=True)
         self.env = db.DBEnv()
         if not sync:
             self.env.set_flags(db.DB_TXN_NOSYNC, 1)
         self.env.set_cachesize(0, 64 << 20)
+        self.env.set_lk_detect(db.DB_LOCK_DEFAULT)
         self.env.open(path, db.DB_CREATE | db.DB_INIT_MPOOL | db.DB_INIT_TXN | db.DB_INIT_LOG
                       | db.DB_INIT_LOCK | db.DB_THREAD | db.DB_RECOVER)
         self.dups = db.DB(self.env)
@@ -721,8 +794,8 @@ class _BdbStore(Store):
         self.kv = db.DB(self.env)
         self.kv.open("kv.db", dbtype=db.DB_BTREE,
                      flags=db.DB_CREATE | db.DB_AUTO_COMMIT | db.DB_THREAD)
-        self.txn: Any = None
-        self.next_id = 0
+        # queue keys, unique over the threads of this process
+        self.ids = itertools.count(1)
         self.q = self.dups
 
     def begin(self) -> None:
@@ -755,8 +828,17 @@ class _BdbStore(Store):
             cur.close()
 
     def qput(self, name: str, payload: bytes) -> None:
-        self.next_id += 1
-        self.kv.put(b"q\0" + name.encode() + b"\0" + _be64(self.next_id), payload, txn=self.txn)
+        self.kv.put(b"q\0" + name.encode() + b"\0" + _be64(next(self.ids)), payload, txn=self.txn)
+
+    def queue_transaction(self, payloads: list[bytes]) -> None:
+        while True:
+            try:
+                super().queue_transaction(payloads)
+                return
+            except self.dbm.DBLockDeadlockError:
+                # the detector chose this transaction: abort it, run it again
+                self.txn.abort()
+                self.txn = None
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
         prefix = b"q\0" + name.encode() + b"\0"
@@ -789,12 +871,17 @@ class _BdbStore(Store):
             cur.close()
         return n
 
+    def connect(self) -> Store:
+        return _BdbStore(self.path, self.sync, self.owner or self)
+
     def close(self) -> None:
         if self.txn is not None:
             self.txn.abort()
-        self.dups.close()
-        self.kv.close()
-        self.env.close()
+            self.txn = None
+        if self.owner is None:
+            self.dups.close()
+            self.kv.close()
+            self.env.close()
 
 
 class BerkeleyDB(Backend):
@@ -859,6 +946,10 @@ class Memcached(Backend):
     hint = "apt-get install memcached && pip install pymemcache"
     no_processes = Redis.no_processes
     max_key, max_value = 250, 1000 * 1000
+    cannot_sync = ("memory only: memcached keeps nothing on disk (MemcacheDB, Berkeley DB "
+                   "behind its protocol, is not packaged)")
+    no_shared_handle = ("pymemcache's Client is not thread-safe (its documentation: one "
+                        "client per thread)")
 
     def unavailable(self) -> Optional[str]:
         import shutil
@@ -881,11 +972,15 @@ class Memcached(Backend):
 # ------------------------------------------------------------------ diskcache
 
 class _DiskcacheStore(Store):
-    def __init__(self, path: str) -> None:
+    """diskcache's Cache is SQLite in WAL mode with synchronous=NORMAL, which
+    syncs at checkpoints only; with sync on it is opened with
+    sqlite_synchronous=2 (FULL: each write's commit syncs the WAL)."""
+
+    def __init__(self, path: str, sync: bool = False) -> None:
         import diskcache  # type: ignore[import-untyped, unused-ignore]
 
-        self.path = path
-        self.cache = diskcache.Cache(path)
+        self.path, self.sync = path, sync
+        self.cache = diskcache.Cache(path, sqlite_synchronous=2 if sync else 1)
         self.deques: dict[str, Any] = {}
         self.tx: Any = None
 
@@ -909,7 +1004,8 @@ class _DiskcacheStore(Store):
 
         d = self.deques.get(name)
         if d is None:
-            d = self.deques[name] = diskcache.Deque(directory=os.path.join(self.path, "q-" + name))
+            d = self.deques[name] = diskcache.Deque.fromcache(diskcache.Cache(
+                os.path.join(self.path, "q-" + name), sqlite_synchronous=2 if self.sync else 1))
         return d
 
     def qput(self, name: str, payload: bytes) -> None:
@@ -935,9 +1031,11 @@ class _DiskcacheStore(Store):
                 d.append(p)
 
     def connect(self) -> Store:
-        return _DiskcacheStore(self.path)
+        return _DiskcacheStore(self.path, self.sync)
 
     def close(self) -> None:
+        for d in self.deques.values():
+            d.cache.close()
         self.cache.close()
 
 
@@ -951,7 +1049,7 @@ class Diskcache(Backend):
     no_processes = None
 
     def open(self, directory: str, sync: bool) -> Store:
-        return _DiskcacheStore(os.path.join(directory, "diskcache"))
+        return _DiskcacheStore(os.path.join(directory, "diskcache"), sync)
 
     def attach(self, directory: str, sync: bool) -> Store:
         return self.open(directory, sync)
@@ -959,32 +1057,49 @@ class Diskcache(Backend):
 
 # --------------------------------------------------------------- persist-queue
 
+_PQ_OPEN_LOCK = threading.Lock()
+
+
 class _PersistQueueStore(Store):
+    """persist-queue's SQLiteQueue, one directory per queue name.  Each
+    handle (connect(): one per thread) has its own SQLiteQueue objects, so
+    its own SQLite connections: an auto-commit one for single puts and
+    gets, and one with auto_commit=False whose task_done() commits a
+    transaction of puts (the library's documented way to batch)."""
+
     def __init__(self, path: str, sync: bool) -> None:
         self.path = path
         self.sync = sync
-        self.queues: dict[str, Any] = {}
+        self.queues: dict[tuple[str, bool], Any] = {}
 
     def _q(self, name: str, auto_commit: bool = True) -> Any:
         import persistqueue
 
-        q = self.queues.get(name)
+        q = self.queues.get((name, auto_commit))
         if q is None:
-            q = self.queues[name] = persistqueue.SQLiteQueue(
-                os.path.join(self.path, name), auto_commit=auto_commit,
-                multithreading=True)
+            where = os.path.join(self.path, name)
+            # Made one at a time: SQLiteQueue makes its directory unless it
+            # exists (FileExistsError when another thread made it in
+            # between), and its first connection switches the new file to
+            # WAL, which fails at once ("database is locked") while another
+            # connection holds the file.
+            with _PQ_OPEN_LOCK:
+                q = self.queues[name, auto_commit] = persistqueue.SQLiteQueue(
+                    where, auto_commit=auto_commit, multithreading=True)
         return q
 
     def qput(self, name: str, payload: bytes) -> None:
         self._q(name).put(payload)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
+        import persistqueue
+
         q = self._q(name)
         out = []
         for _ in range(n):
             try:
                 out.append(q.get(block=False))
-            except Exception:       # persistqueue.Empty
+            except persistqueue.Empty:
                 break
         return out
 
@@ -993,13 +1108,18 @@ class _PersistQueueStore(Store):
         return result
 
     def queue_transaction(self, payloads: list[bytes]) -> None:
-        import persistqueue
-
-        q = persistqueue.SQLiteQueue(os.path.join(self.path, "port-txn"), auto_commit=False)
+        q = self._q("port", auto_commit=False)
         for p in payloads:
             q.put(p)
         q.task_done()           # its commit
-        self.queues["port"] = q
+
+    def connect(self) -> Store:
+        return _PersistQueueStore(self.path, self.sync)
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.close()
+        self.queues.clear()
 
 
 class PersistQueue(Backend):
@@ -1033,12 +1153,16 @@ class _NullStore(Store):
     def putdup(self, key: bytes, value: bytes) -> None:
         pass
 
+    def connect(self) -> Store:
+        return _NullStore()
+
 
 class Null(Backend):
     """Does nothing: the harness's own overhead (seed 001 measured it)."""
 
     name = "null"
     kinds = frozenset({"kv"})
+    cannot_sync = "does nothing: the harness's own overhead"
 
     def version(self) -> str:
         return "-"

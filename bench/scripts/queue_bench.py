@@ -42,7 +42,7 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root
 
 import pyqstore  # noqa: E402
 from pyqstore._qstore import ffi, lib  # noqa: E402

@@ -7,7 +7,8 @@ strings, committed with sync on, on a fresh file.  Backends side by side:
 
   pyqstore        Casket: a putdup loop inside ``with c.transaction()``
   pyqstore-batch  Casket: one ``putdup_many`` of all 2n pairs
-  native          ``lib.qs_bench_seed``: the same work driven in C
+  native          qstore-bench's C driver (qstore_bench/native_seed.c over
+                  qstore.h): the same work driven in C
   lmdb            py-lmdb, a dupsort sub-database, ``txn.put`` loop, sync
   sqlite3         WAL, synchronous=FULL, table (k BLOB, v BLOB) indexed on
                   k, ``executemany`` inside one transaction
@@ -122,37 +123,19 @@ def _pyqstore_stats(c):
         return {"stats_error": repr(e)}
 
 
-def _check(lib, ffi, rc, what):
-    if rc != 0:
-        raise RuntimeError("%s: %s (%d)" % (
-            what, ffi.string(lib.qs_strerror(rc)).decode(), rc))
-
-
 def run_native(d, ids):
-    from pyqstore._qstore import ffi, lib
-    opts = ffi.new("qs_options *")
-    lib.qs_options_init(opts)
-    opts.flag = getattr(lib, "QS_OPEN_NEW", 3)
-    opts.sync = 1
-    out = ffi.new("qs_casket **")
-    path = os.path.join(d, "seed.qdb").encode()
-    _check(lib, ffi, lib.qs_open(path, opts, out), "qs_open")
-    c = out[0]
+    try:
+        from qstore_bench.native import NativeCasket
+    except ImportError as e:
+        raise Skip("qstore-bench's native driver is not built (pip install ./bench): %s" % e)
+    c = NativeCasket(os.path.join(d, "seed.qdb"), sync=True)
     try:
         t0 = time.perf_counter()
-        buf = b"".join(ids)
-        _check(lib, ffi, lib.qs_bench_seed(c, QUEUE, len(QUEUE), buf, ID_LEN,
-                                           len(ids)), "qs_bench_seed")
+        c.seed(ids, QUEUE)
         t1 = time.perf_counter()
-        extra = {}
-        st = ffi.new("qs_stat *")
-        if lib.qs_stat_get(c, st) == 0:
-            extra = {"records": st.records, "syncs": st.syncs,
-                     "commits": st.commits,
-                     "spilled_pages": st.spilled_pages, "pages": st.pages}
+        extra = c.stats()
     finally:
-        rc = lib.qs_close(c)
-    _check(lib, ffi, rc, "qs_close")
+        c.close()
     return t1 - t0, extra
 
 

@@ -18,6 +18,8 @@ back through a multiprocessing queue, and every wait has a timeout.
 """
 from __future__ import annotations
 
+import csv
+import math
 import multiprocessing
 import os
 import platform
@@ -110,7 +112,8 @@ class Workdir:
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+    return {"median": statistics.median(xs), "mean": statistics.fmean(xs), "min": min(xs),
+            "max": max(xs)}
 
 
 # --------------------------------------------------------------------- sweep
@@ -124,13 +127,33 @@ def make_ids(n: int, size: int, rng: random.Random) -> list[bytes]:
     return out
 
 
+def seed_ids(n: int, size: int) -> list[bytes]:
+    """n fresh uuid4 strings, as the seed made them (UUID.randomUUID), cut
+    or padded to size."""
+    out = []
+    for _ in range(n):
+        u = str(uuid.uuid4()).encode()
+        out.append(u[:size] if size <= len(u) else u + b"." * (size - len(u)))
+    return out
+
+
+SWEEP_METHODS = ("prepared", "seed")
+
+
 def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, payload_size: int,
           layer: str, base: Optional[str], progress: Progress = _quiet,
-          seed: int = 1) -> dict[str, Any]:
+          seed: int = 1, method: str = "prepared") -> dict[str, Any]:
     """Seed 000: for n = 1, 10, ..., 10**max_exp, one transaction of n items
     per run (casket layer: putdup(QUEUE, id) and putdup(id, id); queue
-    layer: n queue puts), `reps` timed runs on fresh files plus one warm-up
-    run (n <= 10**5) that is reported but not counted."""
+    layer: n queue puts) on a fresh file.  method "prepared": the ids are
+    made before the clock starts, `reps` timed runs plus one warm-up run
+    (n <= 10**5) that is reported but not counted; "seed": the seed's
+    method, the uuids made inside the timed region and every one of the
+    `reps` runs counted (the seed averaged 10).  Each row keeps every run's
+    time, their median and mean."""
+    if method not in SWEEP_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SWEEP_METHODS)}, not {method!r}")
+    warmups = method == "prepared"
     kind = "casket" if layer == "casket" else "queue"
     usable, report = backend_report(backends, kind)
     rng = random.Random(seed)
@@ -142,14 +165,17 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                 with b.session(sync) as session:
                     for e in range(max_exp + 1):
                         n = 10 ** e
-                        ids = make_ids(n, payload_size, rng)
+                        ids = make_ids(n, payload_size, rng) if warmups else []
                         progress(f"{b.name} n={n}")
                         times, warm = [], None
-                        for r in range(reps + (1 if n <= 10 ** 5 else 0)):
+                        warmup = warmups and n <= 10 ** 5
+                        for r in range(reps + (1 if warmup else 0)):
                             d = wd.fresh()
                             store = bk.open_store(b, d, sync, session)
                             try:
                                 t0 = time.perf_counter()
+                                if not warmups:
+                                    ids = seed_ids(n, payload_size)
                                 if layer == "casket":
                                     store.seed_transaction(ids)
                                 else:
@@ -158,7 +184,7 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                             finally:
                                 store.close()
                                 shutil.rmtree(d, ignore_errors=True)
-                            if n <= 10 ** 5 and r == 0:
+                            if warmup and r == 0:
                                 warm = dt
                             else:
                                 times.append(dt)
@@ -167,11 +193,12 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                             "backend": b.name, "n": n, "seconds": st,
                             "us_per_item": st["median"] / n * 1e6,
                             "items_per_s": n / st["median"] if st["median"] > 0 else None,
-                            "runs": len(times), "warmup_seconds": warm})
+                            "runs": len(times), "times": times, "warmup_seconds": warm})
             except bk.Unsupported as e:
                 report[b.name] = {"available": False, "reason": f"cannot do this: {e}"}
                 results = [r for r in results if r["backend"] != b.name]
-    return {"experiment": "sweep", "layer": layer, "sync": sync, "payload_size": payload_size,
+    return {"experiment": "sweep", "method": method, "layer": layer, "sync": sync,
+            "payload_size": payload_size,
             "reps": reps, "machine": info, "backends": report, "results": results}
 
 
@@ -289,13 +316,36 @@ def _phase(stores: list[bk.Store], work: Callable[[bk.Store, int, int], None],
     return dt
 
 
+HANDLES = ("per-thread", "shared")
+
+
+def sync_label(b: bk.Backend, sync: bool) -> str:
+    """What a row's sync setting is: yes, no, or why the backend cannot."""
+    if not sync:
+        return "no"
+    return f"cannot: {b.cannot_sync}" if b.cannot_sync else "yes"
+
+
 def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
-         reps: int, base: Optional[str], progress: Progress = _quiet) -> dict[str, Any]:
-    """Seed 001's KeyValuePerformance: one handle per thread, a write phase
-    (each put its own commit) then a read phase; median, min and max over
-    reps after one warm-up run (reported, not counted); the null backend's
-    times are the harness's own overhead."""
+         reps: int, base: Optional[str], progress: Progress = _quiet,
+         handles: str = "per-thread") -> dict[str, Any]:
+    """Seed 001's KeyValuePerformance: a write phase (each put its own
+    commit) then a read phase; with handles "per-thread" each thread has
+    its own handle (Store.connect), with "shared" all threads use one; a
+    backend that cannot do the chosen one is refused with the reason before
+    it starts.  Median, min and max over reps after one warm-up run
+    (reported, not counted); the null backend's times are the harness's own
+    overhead."""
+    if handles not in HANDLES:
+        raise ValueError(f"handles must be one of {', '.join(HANDLES)}, not {handles!r}")
     usable, report = backend_report(backends, "kv")
+    if threads > 1:
+        for b in list(usable):
+            why = b.no_thread_handles if handles == "per-thread" else b.no_shared_handle
+            if why:
+                usable.remove(b)
+                report[b.name] = {"available": False,
+                                  "reason": f"cannot run with {handles} handles: {why}"}
     keys = [b"key-%010d" % i for i in range(requests)]
     value = b"v" * value_size
     results = []
@@ -319,7 +369,9 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                 for _ in range(reps + 1):   # the first is a warm-up, reported apart
                     d = wd.fresh()
                     first = bk.open_store(b, d, sync, session)
-                    stores = [first] + [first.connect() for _ in range(threads - 1)]
+                    stores = [first] + [first.connect() if handles == "per-thread" else first
+                                        for _ in range(threads - 1)]
+                    distinct = len({id(s) for s in stores})
                     try:
                         w_times.append(_phase(stores, write, threads, requests))
                         r_times.append(_phase(stores, read, threads, requests))
@@ -333,13 +385,15 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                         shutil.rmtree(d, ignore_errors=True)
             warm = {"write_ms": w_times.pop(0) * 1e3, "read_ms": r_times.pop(0) * 1e3}
             w, r = _stats(w_times), _stats(r_times)
-            results.append({"backend": b.name, "write_ms": {k: v * 1e3 for k, v in w.items()},
+            results.append({"backend": b.name, "handles": handles,
+                            "distinct_handles": distinct, "sync": sync_label(b, sync),
+                            "write_ms": {k: v * 1e3 for k, v in w.items()},
                             "read_ms": {k: v * 1e3 for k, v in r.items()},
                             "writes_per_s": requests / w["median"],
                             "reads_per_s": requests / r["median"], "warmup": warm})
     report["null"] = {"available": True, "version": "-"}
     return {"experiment": "perf", "threads": threads, "requests": requests,
-            "value_size": value_size, "sync": sync, "reps": reps, "machine": info,
+            "value_size": value_size, "sync": sync, "handles": handles, "reps": reps, "machine": info,
             "backends": report, "results": results}
 
 
@@ -505,37 +559,55 @@ def tune_cell(backend: bk.Backend, batch: int, writers: int, duration: float, sy
         shutil.rmtree(d, ignore_errors=True)
 
 
-def fit_models(cells: list[dict[str, float]]) -> dict[str, Any]:
-    """The seed's two models of throughput: linear in batch and writers, and
-    with squared terms; one-variable-at-a-time optima (the other variable
-    fixed at its median grid value, as the seed fixed batch size 20) and the
-    joint optimum of the quadratic surface within the grid."""
+KNOBS = ("writers", "batch")
+LINEAR = "items_per_s ~ writers + batch"
+QUADRATIC = "items_per_s ~ writers + I(writers**2) + batch + I(batch**2)"
+
+
+def fit_models(cells: list[dict[str, float]],
+               fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    """The seed's two models of throughput (statsmodels, the seed's R
+    formulas): linear in batch and writers, and with squared terms.  Then
+    on the quadratic surface: one-variable-at-a-time optima, the other knob
+    held at fix[knob] (default: its median grid value; the seed held batch
+    size at 20), and the joint optimum within the grid; when that lies on
+    the grid's edge it is an extrapolation, and the fit's unconstrained
+    optimum (None if the surface has no maximum) says where the fit would
+    go."""
     from . import regression as rg
 
-    y = [c["items_per_s"] for c in cells]
-    lin = rg.lm(y, cells, "items_per_s", [("writers", lambda r: r["writers"]),
-                                          ("batch", lambda r: r["batch"])])
-    quad = rg.lm(y, cells, "items_per_s", [
-        ("writers", lambda r: r["writers"]), ("I(writers^2)", lambda r: r["writers"] ** 2),
-        ("batch", lambda r: r["batch"]), ("I(batch^2)", lambda r: r["batch"] ** 2)])
+    lin = rg.ols(LINEAR, cells)
+    quad = rg.ols(QUADRATIC, cells)
     ws = sorted({c["writers"] for c in cells})
     bs = sorted({c["batch"] for c in cells})
-    w_fix, b_fix = statistics.median_low(ws), statistics.median_low(bs)
+    fix = dict(fix or {})
+    w_fix = fix.get("writers", statistics.median_low(ws))
+    b_fix = fix.get("batch", statistics.median_low(bs))
 
     def pred(w: float, b: float) -> float:
         return quad.predict({"writers": w, "batch": b})
 
+    def surface(x: Any) -> float:
+        return pred(float(x[0]), float(x[1]))
+
     w_opt = rg.maximize_1d(lambda w: pred(w, b_fix), ws[0], ws[-1])
     b_opt = rg.maximize_1d(lambda b: pred(w_fix, b), bs[0], bs[-1])
-    jw, jb = rg.maximize_2d(pred, (ws[0], ws[-1], bs[0], bs[-1]))
     best = max(cells, key=lambda c: c["items_per_s"])
+    box = [(ws[0], ws[-1]), (bs[0], bs[-1])]
+    jw, jb = (float(v) for v in rg.maximize(
+        surface, box, [((ws[0] + ws[-1]) / 2, (bs[0] + bs[-1]) / 2),
+                       (best["writers"], best["batch"])]))
+    span = [max(hi - lo, 1.0) for lo, hi in box]
+    edge = [name for name, v, (lo, hi), sp in zip(KNOBS, (jw, jb), box, span)
+            if lo < hi and min(v - lo, hi - v) <= 1e-4 * sp]
+    free = rg.unconstrained_maximum(surface, (jw, jb), span)
 
     def fit_dict(f: Any) -> dict[str, Any]:
         return {"formula": f.formula, "coefficients": dict(zip(f.names, f.coef)),
                 "std_errors": dict(zip(f.names, f.se)), "t": dict(zip(f.names, f.t)),
-                "p": dict(zip(f.names, f.p)), "r2": f.r2, "adj_r2": f.adj_r2, "rse": f.rse,
-                "df": f.df_resid, "f": f.f, "f_df": list(f.f_df), "f_p": f.f_p,
-                "summary": f.summary()}
+                "p": dict(zip(f.names, f.p)), "residuals": f.residuals, "r2": f.r2,
+                "adj_r2": f.adj_r2, "rse": f.rse, "df": f.df_resid, "f": f.f,
+                "f_df": list(f.f_df), "f_p": f.f_p, "summary": f.summary()}
 
     return {
         "linear": fit_dict(lin), "quadratic": fit_dict(quad),
@@ -544,13 +616,54 @@ def fit_models(cells: list[dict[str, float]]) -> dict[str, Any]:
                         "predicted": pred(w_opt, b_fix)},
             "batch": {"writers_fixed": w_fix, "best_batch": b_opt,
                       "predicted": pred(w_fix, b_opt)}},
-        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb)},
+        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb),
+                          "on_edge": edge, "extrapolation": bool(edge)},
+        "unconstrained_optimum": None if free is None else {
+            "writers": float(free[0]), "batch": float(free[1]),
+            "predicted": surface(free)},
         "best_measured": best}
+
+
+def read_observations(path: str) -> list[dict[str, float]]:
+    """The user's own tune measurements (like the seed's table of 7 runs):
+    a CSV file with a header naming writers, batch and items_per_s (other
+    columns are ignored).  ValueError naming the file, line and column of
+    anything else."""
+    need = ("writers", "batch", "items_per_s")
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in need if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: the header must name {', '.join(need)}; "
+                             f"missing: {', '.join(missing)}")
+        cells = []
+        for row in reader:
+            cell = {}
+            for c in need:
+                text = (row.get(c) or "").strip()
+                try:
+                    cell[c] = float(text)
+                except ValueError:
+                    raise ValueError(f"{path}, line {reader.line_num}: {c} is {text!r}, "
+                                     f"not a number") from None
+                if not math.isfinite(cell[c]):
+                    raise ValueError(f"{path}, line {reader.line_num}: {c} is {text!r}")
+            cells.append(cell)
+    if not cells:
+        raise ValueError(f"{path}: no observations")
+    return cells
+
+
+def tune_observations(cells: list[dict[str, float]], source: str,
+                      fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    """Seed 002's models and optima fitted to given observations."""
+    return {"experiment": "tune", "observations": source, "cells": cells,
+            "models": fit_models(cells, fix)}
 
 
 def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: float,
          sync: bool, processes: bool, base: Optional[str],
-         progress: Progress = _quiet) -> dict[str, Any]:
+         progress: Progress = _quiet, fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
     """Seed 002: throughput over a grid of batch size x concurrent writers,
     then the seed's regression models and optima (see fit_models)."""
     if processes and backend.no_processes:
@@ -570,7 +683,7 @@ def tune(backend: bk.Backend, batches: list[int], writers: list[int], duration: 
                         backend, b, w, duration, sync, processes, wd, session)})
     return {"experiment": "tune", "backend": backend.name, "sync": sync,
             "processes": processes, "duration": duration, "machine": info, "backends": report,
-            "cells": cells, "models": fit_models(cells)}
+            "cells": cells, "models": fit_models(cells, fix)}
 
 
 # --------------------------------------------------------------------- drain

@@ -55,6 +55,21 @@ def _save(result: dict[str, Any], json_path: Optional[str]) -> None:
         click.echo(f"# results written to {json_path}")
 
 
+def _table(head: list[str], rows: list[list[str]]) -> None:
+    """A text table whose columns are as wide as their widest cell, two
+    spaces apart, so that no size runs two columns together; the first
+    column is left-aligned, the others right-aligned."""
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    click.echo(line(head))
+    for r in rows:
+        click.echo(line(r))
+
+
 class _Bar:
     """A progress line for steps that may take more than a second."""
 
@@ -90,8 +105,12 @@ def main() -> None:
 @main.command()
 @click.option("--max", "max_exp", type=click.IntRange(0, 7), default=5, show_default=True,
               help="largest n is 10^MAX")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="timed runs per cell (median shown, with min and max)")
+@click.option("--reps", type=click.IntRange(1), default=None,
+              help="timed runs per cell, median and mean shown with min and max "
+                   "[default: 3; 10 with --seed-method]")
+@click.option("--seed-method", is_flag=True,
+              help="the seed's method: each uuid made inside the timed loop, no warm-up "
+                   "run, the mean of --reps (10) runs")
 @click.option("--sync/--no-sync", default=True, show_default=True,
               help="commits durable on return (fsync) or not")
 @click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=36, show_default=True,
@@ -104,9 +123,9 @@ def main() -> None:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="draw the seed's two figures into this PNG")
 @_common
-def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
-          csv_path: Optional[str], plot_path: Optional[str], backends: Optional[str],
-          base: Optional[str], json_path: Optional[str]) -> None:
+def sweep(max_exp: int, reps: Optional[int], seed_method: bool, sync: bool, payload_size: int,
+          layer: str, csv_path: Optional[str], plot_path: Optional[str],
+          backends: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
     """Seed 000: one transaction of n items, n = 1, 10, ..., 10^MAX.
 
     Each run opens a fresh file (not timed), times the transaction up to
@@ -117,30 +136,38 @@ def sweep(max_exp: int, reps: int, sync: bool, payload_size: int, layer: str,
     Example:
       qstore-bench sweep --max 4 --reps 3 --json sweep.json --plot sweep.png
       qstore-bench sweep --layer queue -b pyqstore,lmdb,redis --no-sync
+      qstore-bench sweep --seed-method --max 5      # as the seed measured
     """
     chosen = _pick(backends)
+    reps = reps or (10 if seed_method else 3)
     bar = _Bar(len(chosen) * (max_exp + 1), "sweep")
     try:
-        result = ex.sweep(chosen, max_exp, reps, sync, payload_size, layer, base, bar)
+        result = ex.sweep(chosen, max_exp, reps, sync, payload_size, layer, base, bar,
+                          method="seed" if seed_method else "prepared")
     finally:
         bar.close()
     _header(result)
-    click.echo(f"{'backend':<14}{'n':>10}{'s/txn':>12}{'min':>10}{'max':>10}"
-               f"{'us/item':>10}{'items/s':>14}")
+    if seed_method:
+        click.echo(f"# the seed's method: uuids made inside the timed loop, {reps} runs, "
+                   "no warm-up")
+    rows = []
     for r in result["results"]:
         s = r["seconds"]
-        click.echo(f"{r['backend']:<14}{r['n']:>10}{s['median']:>12.6f}{s['min']:>10.6f}"
-                   f"{s['max']:>10.6f}{r['us_per_item']:>10.2f}"
-                   f"{(r['items_per_s'] or 0):>14,.0f}")
+        rows.append([r["backend"], str(r["n"]), f"{s['median']:.6f}", f"{s['mean']:.6f}",
+                     f"{s['min']:.6f}", f"{s['max']:.6f}", f"{r['us_per_item']:.2f}",
+                     f"{(r['items_per_s'] or 0):,.0f}"])
+    click.echo("# seconds per transaction: median, mean, min and max over the runs")
+    _table(["backend", "n", "median_s", "mean_s", "min_s", "max_s", "us/item", "items/s"], rows)
     if csv_path:
         with open(csv_path, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["backend", "n", "seconds_median", "seconds_min", "seconds_max",
-                        "us_per_item", "items_per_s", "warmup_seconds"])
+            w.writerow(["backend", "n", "seconds_median", "seconds_mean", "seconds_min",
+                        "seconds_max", "us_per_item", "items_per_s", "warmup_seconds", "times"])
             for r in result["results"]:
                 s = r["seconds"]
-                w.writerow([r["backend"], r["n"], s["median"], s["min"], s["max"],
-                            r["us_per_item"], r["items_per_s"], r["warmup_seconds"]])
+                w.writerow([r["backend"], r["n"], s["median"], s["mean"], s["min"], s["max"],
+                            r["us_per_item"], r["items_per_s"], r["warmup_seconds"],
+                            " ".join(repr(t) for t in r["times"])])
     if plot_path:
         _plot_sweep(result, plot_path)
         click.echo(f"# plot written to {plot_path}")
@@ -218,7 +245,12 @@ def correctness(count: int, max_value: int, backends: Optional[str], base: Optio
 
 @main.command()
 @click.option("--threads", "-x", type=click.IntRange(1, 256), default=2, show_default=True,
-              help="writer/reader threads, one handle each")
+              help="writer/reader threads")
+@click.option("--handles", type=click.Choice(list(ex.HANDLES)), default="per-thread",
+              show_default=True,
+              help="per-thread: each thread its own handle (connection, or a view of the "
+                   "process's environment with its own transactions); shared: all threads "
+                   "use one handle")
 @click.option("--requests", "-n", type=click.IntRange(1), default=10000, show_default=True,
               help="requests per phase, over all threads")
 @click.option("--value-size", "-l", type=click.IntRange(0, 1 << 20), default=32,
@@ -227,7 +259,7 @@ def correctness(count: int, max_value: int, backends: Optional[str], base: Optio
               help="every put durable on return, or not (seed 001's servers did not sync)")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True)
 @_common
-def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
+def perf(threads: int, handles: str, requests: int, value_size: int, sync: bool, reps: int,
          backends: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
     """Seed 001's KeyValuePerformance: a write phase then a read phase of
     REQUESTS requests over THREADS threads, total ms and ops/s per phase.
@@ -236,26 +268,32 @@ def perf(threads: int, requests: int, value_size: int, sync: bool, reps: int,
     \b
     Example:
       qstore-bench perf -x 2 -n 10000 -l 32 -b pyqstore,redis,memcached
+      qstore-bench perf -x 4 --handles shared --sync
     """
     chosen = _pick(backends)
     bar = _Bar(len(chosen) + 1, "perf")
     try:
-        result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar)
+        result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar, handles)
     finally:
         bar.close()
     _header(result)
-    click.echo(f"{threads} threads, {requests} requests of {value_size} bytes, "
-               f"{'sync' if sync else 'no sync'}, median of {reps}")
-    click.echo(f"{'backend':<14}{'write ms':>10}{'(min-max)':>16}{'writes/s':>12}"
-               f"{'read ms':>10}{'(min-max)':>16}{'reads/s':>12}{'warm-up ms w/r':>18}")
+    click.echo(f"{threads} threads, {handles} handles, {requests} requests of {value_size} "
+               f"bytes, {'sync' if sync else 'no sync'}, median of {reps}")
+    rows, notes = [], []
     for r in result["results"]:
         w, rd, wu = r["write_ms"], r["read_ms"], r["warmup"]
-        wspan = "({:.1f}-{:.1f})".format(w["min"], w["max"])
-        rspan = "({:.1f}-{:.1f})".format(rd["min"], rd["max"])
-        warm = "{:.1f}/{:.1f}".format(wu["write_ms"], wu["read_ms"])
-        click.echo(f"{r['backend']:<14}{w['median']:>10.1f}{wspan:>16}"
-                   f"{r['writes_per_s']:>12,.0f}{rd['median']:>10.1f}{rspan:>16}"
-                   f"{r['reads_per_s']:>12,.0f}{warm:>18}")
+        synced = r["sync"]
+        if synced.startswith("cannot: "):
+            notes.append(f"# {r['backend']} {synced}")
+            synced = "cannot"
+        rows.append([r["backend"], r["handles"], synced, f"{w['median']:.1f}",
+                     f"({w['min']:.1f}-{w['max']:.1f})", f"{r['writes_per_s']:,.0f}",
+                     f"{rd['median']:.1f}", f"({rd['min']:.1f}-{rd['max']:.1f})",
+                     f"{r['reads_per_s']:,.0f}", f"{wu['write_ms']:.1f}/{wu['read_ms']:.1f}"])
+    _table(["backend", "handles", "sync", "write ms", "(min-max)", "writes/s", "read ms",
+            "(min-max)", "reads/s", "warm-up ms w/r"], rows)
+    for line in notes:
+        click.echo(line)
     _save(result, json_path)
 
 
@@ -285,6 +323,13 @@ def _int_list(text: str) -> list[int]:
                    "by path; for the stores several processes can write at once: "
                    + ", ".join(b.name for b in bk.BACKENDS
                                if not b.no_processes and "queue" in b.kinds))
+@click.option("--observations", "observations", default=None, metavar="FILE.csv",
+              type=click.Path(dir_okay=False, exists=True),
+              help="fit these measurements instead of measuring: a CSV file whose header "
+                   "names writers, batch and items_per_s (the seed's table of runs)")
+@click.option("--fix", "fixes", multiple=True, metavar="KNOB=VALUE",
+              help="hold KNOB (writers or batch) at VALUE while the other's optimum is "
+                   "sought (default: its median grid value; the seed held batch=20)")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="heat map of the measurements with the fitted contours")
 @click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
@@ -292,52 +337,110 @@ def _int_list(text: str) -> list[int]:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
               default=None, help="also write the results as JSON to this file")
 def tune(backend_name: str, batches: str, writers: str, duration: float, sync: bool,
-         processes: bool, plot_path: Optional[str], base: Optional[str],
-         json_path: Optional[str]) -> None:
+         processes: bool, observations: Optional[str], fixes: tuple[str, ...],
+         plot_path: Optional[str], base: Optional[str], json_path: Optional[str]) -> None:
     """Seed 002: throughput over batch size x concurrent writers, the
-    seed's two regression models printed like R's summary(lm), the
+    seed's two regression models (statsmodels: items_per_s ~ writers +
+    I(writers^2) + batch + I(batch^2)) printed like R's summary(lm), the
     one-variable-at-a-time optima, and the joint optimum of the fitted
-    surface beside the best measured cell.
+    surface beside the best measured cell (an extrapolation when it is on
+    the grid's edge: then the fit's unconstrained optimum is shown).
 
     \b
     Example:
       qstore-bench tune --batches 1,10,100,1000 --writers 1,2,4,8 --duration 2
       qstore-bench tune --processes --writers 1,2,4 --no-sync
+      qstore-bench tune --observations runs.csv --fix batch=20
     """
-    b_list, w_list = _int_list(batches), _int_list(writers)
-    backend = bk.by_name([backend_name])[0]
-    bar = _Bar(len(b_list) * len(w_list), "tune")
-    try:
-        result = ex.tune(backend, b_list, w_list, duration, sync, processes, base, bar)
-    except (bk.Unsupported, ex.ProcessFailed) as e:
-        raise click.ClickException(str(e)) from None
-    finally:
-        bar.close()
-    _header(result)
-    click.echo(f"items/s, {backend_name}, {'processes' if processes else 'threads'}, "
-               f"{'sync' if sync else 'no sync'}, {duration} s per cell")
-    click.echo(f"{'writers':>8} | " + "".join(f"{'batch ' + str(b):>14}" for b in b_list))
-    for w in w_list:
-        row = {c["batch"]: c["items_per_s"] for c in result["cells"] if c["writers"] == w}
-        click.echo(f"{w:>8} | " + "".join(f"{row[b]:>14,.0f}" for b in b_list))
+    fix = _fixes(fixes)
+    if observations:
+        try:
+            result = ex.tune_observations(ex.read_observations(observations), observations, fix)
+        except ValueError as e:
+            raise click.ClickException(str(e)) from None
+        if plot_path and not _is_grid(result["cells"]):
+            raise click.ClickException(f"--plot draws a heat map: {observations} must hold "
+                                       "every writers x batch combination once")
+        click.echo(f"items/s, observations from {observations}")
+    else:
+        b_list, w_list = _int_list(batches), _int_list(writers)
+        backend = bk.by_name([backend_name])[0]
+        bar = _Bar(len(b_list) * len(w_list), "tune")
+        try:
+            result = ex.tune(backend, b_list, w_list, duration, sync, processes, base, bar, fix)
+        except (bk.Unsupported, ex.ProcessFailed, ValueError) as e:
+            raise click.ClickException(str(e)) from None
+        finally:
+            bar.close()
+        _header(result)
+        click.echo(f"items/s, {backend_name}, {'processes' if processes else 'threads'}, "
+                   f"{'sync' if sync else 'no sync'}, {duration} s per cell")
+    _tune_table(result["cells"])
     m = result["models"]
     for key in ("linear", "quadratic"):
         click.echo("")
         click.echo(m[key]["summary"])
     oat, joint, best = m["one_at_a_time"], m["joint_optimum"], m["best_measured"]
     click.echo("")
-    click.echo(f"one at a time: batch fixed at {oat['writers']['batch_fixed']}: best writers "
+    click.echo(f"one at a time: batch fixed at {oat['writers']['batch_fixed']:g}: best writers "
                f"{oat['writers']['best_writers']:.2f} -> {oat['writers']['predicted']:,.0f}/s")
-    click.echo(f"               writers fixed at {oat['batch']['writers_fixed']}: best batch "
+    click.echo(f"               writers fixed at {oat['batch']['writers_fixed']:g}: best batch "
                f"{oat['batch']['best_batch']:.1f} -> {oat['batch']['predicted']:,.0f}/s")
-    click.echo(f"joint optimum of the fitted surface: writers {joint['writers']:.2f}, batch "
-               f"{joint['batch']:.1f} -> {joint['predicted']:,.0f}/s")
-    click.echo(f"best measured cell: writers {best['writers']}, batch {best['batch']} -> "
+    click.echo(f"joint optimum of the fitted surface within the grid: writers "
+               f"{joint['writers']:.2f}, batch {joint['batch']:.1f} -> "
+               f"{joint['predicted']:,.0f}/s")
+    if joint["extrapolation"]:
+        free = m["unconstrained_optimum"]
+        where = ("the fitted surface has no maximum (it is not concave)" if free is None else
+                 f"the fit's unconstrained optimum is writers {free['writers']:.2f}, batch "
+                 f"{free['batch']:.1f} -> {free['predicted']:,.0f}/s")
+        click.echo(f"  on the grid's edge ({', '.join(joint['on_edge'])}): an extrapolation; "
+                   f"{where}")
+    click.echo(f"best measured cell: writers {best['writers']:g}, batch {best['batch']:g} -> "
                f"{best['items_per_s']:,.0f}/s")
     if plot_path:
         _plot_tune(result, plot_path)
         click.echo(f"# plot written to {plot_path}")
     _save(result, json_path)
+
+
+def _fixes(fixes: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for text in fixes:
+        name, eq, value = text.partition("=")
+        name = name.strip()
+        if not eq or name not in ex.KNOBS:
+            raise click.BadParameter(f"{text!r}: give KNOB=VALUE with KNOB one of "
+                                     f"{', '.join(ex.KNOBS)}", param_hint="--fix")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: {value!r} is not a number",
+                                     param_hint="--fix") from None
+    return out
+
+
+def _is_grid(cells: list[dict[str, float]]) -> bool:
+    """Every writers x batch combination once."""
+    pairs = {(c["writers"], c["batch"]) for c in cells}
+    return len(pairs) == len(cells) == (len({c["writers"] for c in cells})
+                                        * len({c["batch"] for c in cells}))
+
+
+def _tune_table(cells: list[dict[str, float]]) -> None:
+    """A grid table when the cells are a full grid, else one row each."""
+    ws = sorted({c["writers"] for c in cells})
+    bs = sorted({c["batch"] for c in cells})
+    at = {(c["writers"], c["batch"]): c["items_per_s"] for c in cells}
+    if _is_grid(cells):
+        click.echo(f"{'writers':>8} | " + "".join(f"{'batch ' + format(b, 'g'):>14}"
+                                                   for b in bs))
+        for w in ws:
+            click.echo(f"{w:>8g} | " + "".join(f"{at[w, b]:>14,.0f}" for b in bs))
+        return
+    click.echo(f"{'writers':>8} {'batch':>8} {'items/s':>14}")
+    for c in cells:
+        click.echo(f"{c['writers']:>8g} {c['batch']:>8g} {c['items_per_s']:>14,.0f}")
 
 
 def _plot_tune(result: dict[str, Any], path: str) -> None:
@@ -534,16 +637,29 @@ def _plot_codecs(result: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def _html_table(head: list[str], rows: list[list[Any]]) -> str:
-    import html
+def _num(v: Any) -> str:
+    """A value as the HTML report shows it, like the text tables: yes/no,
+    thousands grouped, 4 significant digits below 1000 (never a bare
+    "0.00"), "-" for nothing."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
 
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            v = f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
-        return f"<td>{html.escape(str(v))}</td>"
-    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(cell(v) for v in r) + "</tr>" for r in rows)
-            + "</table>")
+
+def _render_report(context: dict[str, Any]) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("qstore_bench", "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]),
+                             undefined=jinja2.StrictUndefined)
+    env.filters["num"] = _num
+    return env.get_template("report.html").render(**context)
 
 
 @main.command()
@@ -559,7 +675,6 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
     Example:
       qstore-bench report out/ && xdg-open out/index.html
     """
-    import html
     import os
 
     from . import codecs as cd
@@ -567,7 +682,6 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
     os.makedirs(outdir, exist_ok=True)
     steps = 7
     bar = _Bar(steps, "report")
-    parts: list[str] = []
     try:
         k = 0.02 if small else 1.0
         sw = ex.sweep(bk.by_name(None), 1 if small else 3, 1 if small else 3, True, 36,
@@ -595,41 +709,48 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         _plot_codecs(cdr, os.path.join(outdir, "codecs.png"))
     finally:
         bar.close()
-    m = sw["machine"]
-    avail = [[n, s.get("version", "-") if s["available"] else "unavailable: " + s["reason"]]
-             for n, s in sw["backends"].items()]
-    parts.append(f"<p>{html.escape(m['cpu'])}, {m['cores']} cores, Python {m['python']}, "
-                 f"{html.escape(m['filesystem'])}</p>" + _html_table(["backend", "version"], avail))
-    parts.append("<h2>Seed 000: one transaction of n items (casket layer, synced)</h2>"
-                 "<img src='sweep.png'>" + _html_table(
-                     ["backend", "n", "s/txn (median)", "min", "max", "µs/item", "items/s"],
-                     [[r["backend"], r["n"], r["seconds"]["median"], r["seconds"]["min"],
-                       r["seconds"]["max"], r["us_per_item"], r["items_per_s"]]
-                      for r in sw["results"]]))
-    parts.append("<h2>The same on the queue layer (no sync)</h2><img src='sweep-queue.png'>")
-    parts.append("<h2>Seed 001: correctness</h2>" + _html_table(
-        ["backend", "mismatches", "checks"],
-        [[r["backend"], r["mismatches"], "; ".join(f"{k}: {v}" for k, v in r["checks"].items())]
-         for r in co["results"]]))
-    parts.append("<h2>Seed 001: throughput, 2 threads, 5000 requests of 32 bytes</h2>"
-                 + _html_table(["backend", "writes/s", "reads/s"],
-                               [[r["backend"], r["writes_per_s"], r["reads_per_s"]]
-                                for r in pf["results"]]))
     tm = tu["models"]
-    parts.append("<h2>Seed 002: tuning batch size x writers (pyqstore, synced)</h2>"
-                 "<img src='tune.png'><pre>" + html.escape(tm["quadratic"]["summary"]) +
-                 "</pre>" + f"<p>joint optimum of the fit: writers "
-                 f"{tm['joint_optimum']['writers']:.2f}, batch {tm['joint_optimum']['batch']:.1f}"
-                 f"; best measured: {tm['best_measured']}</p>")
-    parts.append("<h2>Seed 004: draining log lines</h2><img src='drain.png'><p>top 10 "
-                 f"identical in every cell: {dr['all_top10_identical']}</p>" + _html_table(
-                     ["hits", "article"], [[v, k] for k, v in dr["top10"]]))
-    parts.append("<h2>Seed 000: serialization</h2><img src='codecs.png'>")
-    page = ("<!doctype html><meta charset='utf-8'><title>qstore-bench report</title>"
-            "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
-            "text-align:right}img{max-width:100%}</style><h1>qstore-bench report</h1>"
-            + "".join(parts))
+    ws = sorted({c["writers"] for c in tu["cells"]})
+    bs = sorted({c["batch"] for c in tu["cells"]})
+    at = {(c["writers"], c["batch"]): c["items_per_s"] for c in tu["cells"]}
+    j = tm["joint_optimum"]
+    optima = [f"joint optimum of the fit within the grid: writers {j['writers']:.2f}, batch "
+              f"{j['batch']:.1f} -> {j['predicted']:,.0f} items/s"
+              + (" (on the grid's edge: an extrapolation)" if j["extrapolation"] else ""),
+              f"best measured: writers {tm['best_measured']['writers']}, batch "
+              f"{tm['best_measured']['batch']} -> {tm['best_measured']['items_per_s']:,.0f} "
+              "items/s"]
+
+    def sweep_rows(res: dict[str, Any]) -> list[list[Any]]:
+        return [[r["backend"], r["n"], r["seconds"]["median"], r["seconds"]["min"],
+                 r["seconds"]["max"], r["us_per_item"], r["items_per_s"]]
+                for r in res["results"]]
+
+    context = {
+        "machine": sw["machine"],
+        "backends": [[n, st.get("version", "-") if st["available"] else
+                      "unavailable: " + st["reason"]] for n, st in sw["backends"].items()],
+        "sweep_head": ["backend", "n", "s/txn (median)", "min", "max", "µs/item", "items/s"],
+        "sweep": sweep_rows(sw), "sweep_queue": sweep_rows(swq),
+        "correctness": [[r["backend"], r["mismatches"],
+                         "; ".join(f"{k}: {_num(v)}" for k, v in r["checks"].items())]
+                        for r in co["results"]],
+        "perf_title": f"{pf['threads']} threads, {pf['requests']} requests of "
+                      f"{pf['value_size']} bytes",
+        "perf": [[r["backend"], r["write_ms"]["median"], r["writes_per_s"],
+                  r["read_ms"]["median"], r["reads_per_s"]] for r in pf["results"]],
+        "tune_title": f"{tu['backend']}, {'synced' if tu['sync'] else 'no sync'}",
+        "tune_head": ["writers"] + [f"batch {b}" for b in bs],
+        "tune_grid": [[w] + [at[w, b] for b in bs] for w in ws],
+        "tune_linear": tm["linear"]["summary"], "tune_quadratic": tm["quadratic"]["summary"],
+        "tune_optima": optima,
+        "drain_identical": dr["all_top10_identical"],
+        "drain_top10": [[v, k] for k, v in dr["top10"]],
+        "codecs_head": ["codec", "n", "bytes", "x raw", "serialize µs", "deserialize µs"],
+        "codecs": [[r["codec"], r["n"], r["bytes"], r["relative"], r["encode_us"],
+                    r["decode_us"]] for r in cdr["results"]],
+    }
+    page = _render_report(context)
     path = os.path.join(outdir, "index.html")
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
