@@ -4,7 +4,7 @@
  *
  * Two views of the casket exist at once: the committed view (every reader)
  * and the writer's view (committed plus its transaction's changes).  The
- * pager is not thread-safe: casket.c serializes calls with its operation
+ * pager is not thread-safe: the casket layer (txn.c) serializes calls with its operation
  * mutex, except pg_commit_write and pg_checkpoint_copy, which touch only
  * writer-owned state and may run while readers work. */
 #ifndef QS_PAGER_H

@@ -15,7 +15,7 @@
  * Everything read from the region is bounds-checked: a damaged region can
  * make operations fail, never read or write outside the mapping.
  *
- * Not thread-safe by itself: casket.c calls the op guard under its
+ * Not thread-safe by itself: the transaction layer (txn.c) calls the op guard under its
  * operation mutex and the write-lock calls while holding its in-process
  * write lock. */
 #ifndef QS_SHM_H
