@@ -1047,8 +1047,11 @@ class Null(Backend):
         return _NullStore()
 
 
+# the peers' modules import this one: imported here, once Store and Backend exist
+from .peers import PEERS  # noqa: E402
+
 BACKENDS: list[Backend] = [Pyqstore(), Native(), TokyoCabinet(), Lmdb(), Sqlite3(), Redis(),
-                           BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()]
+                           BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()] + PEERS
 NULL = Null()
 
 

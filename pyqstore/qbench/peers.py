@@ -1,0 +1,9 @@
+"""The seeds' other systems and today's peers, each in a module of its own
+(peers_*.py), registered here so backends.BACKENDS lists them after the
+original adapters."""
+from __future__ import annotations
+
+from . import backends as bk
+from .peers_lsm import LevelDB, RocksDB
+
+PEERS: list[bk.Backend] = [RocksDB(), LevelDB()]
