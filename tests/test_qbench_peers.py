@@ -160,3 +160,112 @@ def test_lsm_layout_matches_a_model(tmp_path_factory, name, ops):
             assert s.qlen(name_) == len(q)
     finally:
         s.close()
+
+
+# ---------------------------------------------------------------------- mysql
+
+def _mariadb_processes(datadir: str) -> list[int]:
+    """Pids of processes whose command line names datadir."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if datadir.encode() in f.read():
+                    pids.append(int(pid))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def _listening_on(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp* spell them) of the
+    listening sockets on port."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, p = local.split(":")
+                if state == "0A" and int(p, 16) == port:
+                    found.add(addr)
+    return found
+
+
+@needs("mysql")
+def test_mysql_sweep_both_layers(tmp_path):
+    _sweep(tmp_path, "mysql")
+    _sweep(tmp_path, "mysql", "--layer", "queue", "--no-sync")
+
+
+@needs("mysql")
+def test_mysql_correctness(tmp_path):
+    _correct(tmp_path, "mysql", ALL_CHECKS)
+
+
+@needs("mysql")
+def test_mysql_perf(tmp_path):
+    _perf(tmp_path, "mysql")
+
+
+@needs("mysql")
+def test_mysql_tune(tmp_path):
+    _tune(tmp_path, "mysql")
+
+
+@needs("mysql")
+def test_mysql_server_is_loopback_only_and_leaves_nothing_behind(tmp_path):
+    import socket
+    import time
+
+    b = _backend("mysql")
+    session = b.session(True)
+    with session:
+        server = session.server
+        pid, datadir, port = server.proc.pid, server.datadir, server.port
+        assert _mariadb_processes(datadir) == [pid]
+        assert "--innodb-flush-log-at-trx-commit=1" in server.args()
+        # it listens on 127.0.0.1 and on no other address
+        assert _listening_on(port) == {"0100007F"}
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        s = bk.open_store(b, str(tmp_path), True, session)
+        s.put(b"k", b"v")
+        assert s.get(b"k") == b"v"
+        s.close()
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 90     # a bounded stop (STOP_TIMEOUT, then SIGKILL)
+    assert _mariadb_processes(datadir) == []
+    assert not os.path.exists(server.dir)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@needs("mysql")
+def test_mysql_synced_commits_survive_killing_the_server(tmp_path):
+    import signal
+    import subprocess
+
+    from pyqstore.qbench import servers, servers_mariadb
+
+    b = _backend("mysql")
+    session = b.session(True)
+    with session:
+        server = session.server
+        s = bk.open_store(b, str(tmp_path), True, session)
+        s.queue_transaction([b"item-%d" % i for i in range(50)])
+        s.put(b"k", b"committed")
+        s.close()
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(30)
+        # the same data directory, a new server: InnoDB recovers from its log
+        server.proc = subprocess.Popen([servers_mariadb.find("mariadbd")] + server.args(),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        servers._wait_port(server.port, server.proc, servers_mariadb.START_TIMEOUT)
+        from pyqstore.qbench import peers_sql
+
+        r = peers_sql._MariaDBStore(server.port)
+        try:
+            assert r.qlen("port") == 50 and r.get(b"k") == b"committed"
+            assert r.qget_many("port", 3) == [b"item-0", b"item-1", b"item-2"]
+        finally:
+            r.close()

@@ -1068,7 +1068,7 @@ def by_name(names: Optional[list[str]]) -> list[Backend]:
 
 
 def open_store(backend: Backend, directory: str, sync: bool, session: Session) -> Store:
-    if isinstance(session, (_RedisSession, _MemcachedSession)):
+    if hasattr(session, "server"):     # a server's backends need its port
         return backend.open(directory, sync, session=session)  # type: ignore[call-arg]
     return backend.open(directory, sync)
 

@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from . import backends as bk
 from .peers_lsm import LevelDB, RocksDB
+from .peers_sql import MySQL
 
-PEERS: list[bk.Backend] = [RocksDB(), LevelDB()]
+PEERS: list[bk.Backend] = [MySQL(), RocksDB(), LevelDB()]
