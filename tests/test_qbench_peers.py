@@ -127,14 +127,17 @@ _ops = st.lists(st.one_of(
     max_size=40)
 
 
-@needs("rocksdb", "leveldb")
-@pytest.mark.parametrize("name", LSM.split(","))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n))
+                                  for n in ("rocksdb", "leveldb", "hdf5")])
 @settings(max_examples=25, deadline=None)
 @given(ops=_ops)
-def test_lsm_layout_matches_a_model(tmp_path_factory, name, ops):
+def test_layout_matches_a_model(tmp_path_factory, name, ops):
     """Keys that are prefixes of each other ("a", "ab", b"" and b"\\0")
-    never see each other's duplicates or items."""
-    s = _backend(name).open(str(tmp_path_factory.mktemp(name)), False)
+    never see each other's duplicates or items; queues are FIFO."""
+    b = _backend(name)
+    if "casket" not in b.kinds:
+        ops = [op for op in ops if op[0] in ("qput", "qget")]
+    s = b.open(str(tmp_path_factory.mktemp(name)), False)
     dups: dict[bytes, list[bytes]] = collections.defaultdict(list)
     kv: dict[bytes, bytes] = {}
     queues: dict[str, collections.deque[bytes]] = collections.defaultdict(collections.deque)
@@ -269,3 +272,49 @@ def test_mysql_synced_commits_survive_killing_the_server(tmp_path):
             assert r.qget_many("port", 3) == [b"item-0", b"item-1", b"item-2"]
         finally:
             r.close()
+
+
+# ----------------------------------------------------------------------- hdf5
+
+@needs("hdf5")
+def test_hdf5_sweep_queue_layer_and_refuses_the_casket_layer(tmp_path):
+    _sweep(tmp_path, "hdf5", "--layer", "queue")
+    code, data, out = run(["sweep", "--max", "1", "--reps", "1", "-b", "hdf5,pyqstore"],
+                          tmp_path)
+    assert code == 0, out
+    assert data["backends"]["hdf5"] == {"available": False, "reason": "has no casket layer"}
+    assert "flush" in _backend("hdf5").version()
+
+
+@needs("hdf5")
+def test_hdf5_tune(tmp_path):
+    _tune(tmp_path, "hdf5")
+
+
+_H5_CHILD = """
+import os, signal, sys
+from pyqstore.qbench import backends as bk
+s = bk.by_name(["hdf5"])[0].open(sys.argv[1], True)
+s.queue_transaction([b"item-%d" % i for i in range(100)])
+assert s.qget_many("port", 10) == [b"item-%d" % i for i in range(10)]
+print("committed", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@needs("hdf5")
+def test_hdf5_flushed_items_survive_a_killed_writer(tmp_path):
+    import subprocess
+    import sys
+
+    from pyqstore.qbench import peers_hdf5
+
+    p = subprocess.run([sys.executable, "-c", _H5_CHILD, str(tmp_path)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == -9 and p.stdout == "committed\n", p.stderr
+    s = peers_hdf5.reopen(str(tmp_path / "bench.h5"), True)
+    try:
+        assert s.qlen("port") == 90
+        assert s.qget_many("port", 100) == [b"item-%d" % i for i in range(10, 100)]
+    finally:
+        s.close()

@@ -4,7 +4,8 @@ original adapters."""
 from __future__ import annotations
 
 from . import backends as bk
+from .peers_hdf5 import HDF5
 from .peers_lsm import LevelDB, RocksDB
 from .peers_sql import MySQL
 
-PEERS: list[bk.Backend] = [MySQL(), RocksDB(), LevelDB()]
+PEERS: list[bk.Backend] = [MySQL(), HDF5(), RocksDB(), LevelDB()]
