@@ -318,3 +318,95 @@ def test_hdf5_flushed_items_survive_a_killed_writer(tmp_path):
         assert s.qget_many("port", 100) == [b"item-%d" % i for i in range(10, 100)]
     finally:
         s.close()
+
+
+# ---------------------------------------------------- JVM peers (one JVM here)
+
+JVM = "derby,bdb-je,sqlite-jdbc"
+
+
+@needs(*JVM.split(","))
+def test_jvm_sweep_both_layers(tmp_path):
+    _sweep(tmp_path, JVM)
+    _sweep(tmp_path, JVM, "--layer", "queue", "--no-sync")
+
+
+@needs(*JVM.split(","))
+def test_jvm_correctness(tmp_path):
+    code, data, out = run(["correctness", "--count", "60", "--max-value", "70000", "-b", JVM],
+                          tmp_path)
+    assert code == 0 and data["ok"] is True, out
+    by = {r["backend"]: r for r in data["results"]}
+    assert by["derby"]["checks"] == ALL_CHECKS and by["sqlite-jdbc"]["checks"] == ALL_CHECKS
+    # JE keeps a key's duplicates sorted (setSortedDuplicates): checked as a set
+    assert "sorted" in by["bdb-je"]["checks"]["duplicate order"]
+    assert all(r["mismatches"] == 0 for r in by.values())
+
+
+@needs(*JVM.split(","))
+def test_jvm_perf(tmp_path):
+    _perf(tmp_path, JVM)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in JVM.split(",")])
+def test_jvm_tune(tmp_path, name):
+    _tune(tmp_path, name)
+
+
+@needs("sqlite-jdbc")
+def test_sqlite_jdbc_tune_with_writer_processes_each_its_own_jvm(tmp_path):
+    code, data, out = run(["tune", "-b", "sqlite-jdbc", "--processes", "--batches", "1,4,16",
+                           "--writers", "1,2,3", "--duration", "0.1", "--no-sync"], tmp_path)
+    assert code == 0, out
+    assert data["processes"] is True and len(data["cells"]) == 9
+    assert all(c["items_per_s"] > 0 for c in data["cells"])
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in ("derby", "bdb-je")])
+def test_jvm_embedded_refuse_writer_processes(tmp_path, name):
+    from click.testing import CliRunner
+
+    from pyqstore.qbench.cli import main
+
+    res = CliRunner().invoke(main, ["tune", "-b", name, "--processes", "--dir", str(tmp_path)])
+    assert res.exit_code == 1 and "cannot have writers as processes" in res.output
+    assert "Traceback" not in res.output
+
+
+_JVM_CHILD = """
+import os, signal, sys
+from pyqstore.qbench import backends as bk
+s = bk.by_name([sys.argv[1]])[0].open(sys.argv[2], True)
+s.queue_transaction([b"item-%d" % i for i in range(50)])
+s.put(b"k", b"committed")
+print("committed", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _jvm_reopen(name: str, directory: str) -> bk.Store:
+    """A handle on the store the child made, without creating it anew."""
+    from pyqstore.qbench import peers_jvm as pj
+
+    if name == "derby":
+        return pj._DerbyStore(pj._DerbyDialect(), os.path.join(directory, "derby"), True, [])
+    if name == "sqlite-jdbc":
+        return pj._JdbcStore(pj._SqliteJdbcDialect(), os.path.join(directory, "bench.sqlite"),
+                             True, [])
+    return pj._JeStore(pj._JeShared(os.path.join(directory, "je"), True))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in JVM.split(",")])
+def test_jvm_synced_commits_survive_a_killed_process(tmp_path, name):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _JVM_CHILD, name, str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == -9 and p.stdout == "committed\n", p.stderr[-2000:]
+    s = _jvm_reopen(name, str(tmp_path))
+    try:
+        assert s.get(b"k") == b"committed" and s.qlen("port") == 50
+        assert s.qget_many("port", 2) == [b"item-0", b"item-1"]
+    finally:
+        s.close()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from . import backends as bk
 from .peers_hdf5 import HDF5
+from .peers_jvm import BdbJe, Derby, SqliteJdbc
 from .peers_lsm import LevelDB, RocksDB
 from .peers_sql import MySQL
 
-PEERS: list[bk.Backend] = [MySQL(), HDF5(), RocksDB(), LevelDB()]
+PEERS: list[bk.Backend] = [MySQL(), Derby(), BdbJe(), SqliteJdbc(), HDF5(), RocksDB(),
+                           LevelDB()]
