@@ -410,3 +410,62 @@ def test_jvm_synced_commits_survive_a_killed_process(tmp_path, name):
         assert s.qget_many("port", 2) == [b"item-0", b"item-1"]
     finally:
         s.close()
+
+
+# ---------------------------------------------------------- codecs in the JVM
+
+def _jvm_codecs_missing() -> str:
+    from pyqstore.qbench import codecs_jvm
+
+    return "; ".join(f"{n}: {why}" for n in codecs_jvm._CODECS
+                     if (why := codecs_jvm._why_not(n)))
+
+
+jvm_codecs = pytest.mark.skipif(bool(_jvm_codecs_missing()), reason=_jvm_codecs_missing())
+
+
+@jvm_codecs
+def test_jvm_codecs_rows(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from pyqstore.qbench.cli import main
+
+    out_json = tmp_path / "c.json"
+    res = CliRunner().invoke(main, ["codecs", "--max", "400", "--step", "200", "--reps", "2",
+                                    "--json", str(out_json)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out_json.read_text())
+    rows = {(r["codec"], r["n"]): r for r in data["results"]}
+    for name in ("java-serialization", "protobuf-java", "xstream"):
+        assert data["codecs"][name] == {"available": True}
+        for n in (200, 400):
+            r = rows[(name, n)]
+            assert r["encode_us"] > 0 and r["decode_us"] > 0
+    for n in (200, 400):
+        # the seed's proto2 message: unpacked, a tag and a one-byte varint per
+        # zero, a tag, a length and 10 bytes per string
+        assert rows[("protobuf-java", n)]["bytes"] == 14 * n
+        # Python's protobuf row packs its ints: smaller
+        if ("protobuf", n) in rows:
+            assert rows[("protobuf", n)]["bytes"] < 14 * n
+        # XStream's XML is the biggest, as the seed found
+        assert rows[("xstream", n)]["bytes"] == max(r["bytes"] for (c, m), r in rows.items()
+                                                    if m == n)
+
+
+@jvm_codecs
+@pytest.mark.parametrize("name", ["java-serialization", "protobuf-java", "xstream"])
+def test_jvm_codec_round_trip_compares_every_element(name):
+    from pyqstore.qbench import codecs as cd
+
+    enc, dec = cd.codecs()[name]
+    obj = cd.target(3)
+    back = dec(enc(obj))
+    assert back == obj
+    assert back != cd.target(4)
+    assert back != {"ia": [0, 0, 1], "sa": obj["sa"]}
+    assert back != {"ia": obj["ia"], "sa": ["Dummy text", "Dummy text", "dummy text"]}
+    other = {"ia": [1, -2, 2**31 - 1], "sa": ["a", "", "é"]}
+    assert dec(enc(other)) == other
