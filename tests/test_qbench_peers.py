@@ -373,6 +373,18 @@ def test_jvm_embedded_refuse_writer_processes(tmp_path, name):
     assert "Traceback" not in res.output
 
 
+@needs("derby")
+def test_derby_leaves_no_log_in_the_working_directory(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "pyqstore.qbench.cli", "sweep", "--max", "0",
+                        "--reps", "1", "-b", "derby", "--dir", str(tmp_path)],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(tmp_path) == []
+
+
 _JVM_CHILD = """
 import os, signal, sys
 from pyqstore.qbench import backends as bk
@@ -469,3 +481,73 @@ def test_jvm_codec_round_trip_compares_every_element(name):
     assert back != {"ia": obj["ia"], "sa": ["Dummy text", "Dummy text", "dummy text"]}
     other = {"ia": [1, -2, 2**31 - 1], "sa": ["a", "", "é"]}
     assert dec(enc(other)) == other
+
+
+# ------------------------------------------------- --sync: one sync per write
+
+_SYNC_CALLS = ("fsync", "fdatasync", "msync", "sync_file_range")
+_WRITE_CALLS = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+
+
+def _count_syncs(trace: str) -> int:
+    """Durable writes in an `strace -f -y` log: the sync calls, and the
+    writes to files opened O_SYNC or O_DSYNC (Derby's log is such a file)."""
+    import re
+
+    synced_paths: set[str] = set()
+    n = 0
+    call = re.compile(r"^\d+\s+(\w+)\((.*)")
+    for line in open(trace, errors="replace"):
+        m = call.match(line)
+        if not m:
+            continue
+        name, rest = m.groups()
+        if name in _SYNC_CALLS:
+            n += 1
+        elif name == "openat" and ("O_DSYNC" in rest or "O_SYNC" in rest):
+            path = re.search(r'"([^"]*)"', rest)
+            if path:
+                synced_paths.add(path.group(1))
+        elif name in _WRITE_CALLS:
+            fd = re.match(r"\d+<([^>]*)>", rest)
+            if fd and fd.group(1) in synced_paths:
+                n += 1
+    return n
+
+
+def _traced_syncs(tmp_path, args: list[str], tag: str) -> int:
+    import subprocess
+    import sys
+
+    trace = str(tmp_path / f"strace-{tag}.txt")
+    p = subprocess.run(["strace", "-f", "-qq", "-y", "-o", trace, "-e",
+                        "trace=" + ",".join(_SYNC_CALLS + _WRITE_CALLS + ("openat",)),
+                        sys.executable, "-m", "pyqstore.qbench.cli"] + args +
+                       ["--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return _count_syncs(trace)
+
+
+_SYNC_ROWS = [("mysql", "perf"), ("derby", "perf"), ("bdb-je", "perf"), ("sqlite-jdbc", "perf"),
+              ("rocksdb", "perf"), ("leveldb", "perf"), ("hdf5", "sweep")]
+
+
+@pytest.mark.skipif(not __import__("shutil").which("strace"),
+                    reason="strace is not installed; install: apt-get install strace")
+@pytest.mark.parametrize("name,experiment",
+                         [pytest.param(n, e, marks=needs(n)) for n, e in _SYNC_ROWS])
+def test_sync_rows_sync_every_write(tmp_path, name, experiment):
+    """--sync adds at least one durable sync per write to what the same run
+    without it does (a margin of 10% for background flushes), and syncs at
+    least once per write in all."""
+    if experiment == "perf":
+        n = 50
+        args = ["perf", "-x", "1", "-n", str(n), "--reps", "1", "-b", name]
+        writes = 2 * n          # the warm-up run and the measured one
+    else:
+        args = ["sweep", "--max", "1", "--reps", "1", "--layer", "queue", "-b", name]
+        writes = 4              # one transaction each: n = 1 and 10, warm-up and measured
+    synced = _traced_syncs(tmp_path, args + ["--sync"], "sync")
+    unsynced = _traced_syncs(tmp_path, args + ["--no-sync"], "nosync")
+    assert synced >= writes, (synced, unsynced)
+    assert synced - unsynced >= 0.9 * writes, (synced, unsynced)

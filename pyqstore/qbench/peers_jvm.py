@@ -212,6 +212,9 @@ class _DerbyStore(_JdbcStore):
                  family: Optional[list[_JdbcStore]] = None) -> None:
         # read when a database boots: "test" skips the sync at commit
         jpype = jvm.start()
+        # Derby's log of boots and shutdowns would be derby.log in the working
+        # directory; its errors reach us as SQLExceptions anyway
+        jpype.java.lang.System.setProperty("derby.stream.error.file", os.devnull)
         if sync:
             jpype.java.lang.System.clearProperty("derby.system.durability")
         else:
