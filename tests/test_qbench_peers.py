@@ -551,3 +551,17 @@ def test_sync_rows_sync_every_write(tmp_path, name, experiment):
     unsynced = _traced_syncs(tmp_path, args + ["--no-sync"], "nosync")
     assert synced >= writes, (synced, unsynced)
     assert synced - unsynced >= 0.9 * writes, (synced, unsynced)
+
+
+@jvm_codecs
+def test_jvm_codec_classes_are_removed_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import tempfile; from pyqstore.qbench import codecs_jvm as c; c.codecs(); "
+            "print(c._loaded[0].getURLs()[0].getPath())")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert str(p.stdout).startswith(str(tmp_path)) and os.listdir(tmp_path) == []

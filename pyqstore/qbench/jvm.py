@@ -7,6 +7,7 @@ at run time (the codecs' TargetObject) are loaded through a class loader
 of their own (see load_compiled)."""
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -86,8 +87,21 @@ def compile_java(sources: dict[str, str], classpath: list[str],
                  protos: Optional[dict[str, str]] = None) -> str:
     """Compiles Java sources (file name -> text), and the Java classes
     protoc makes of protos (file name -> text), into a new temp directory;
-    returns it.  RuntimeError naming the tool when one is missing or fails."""
+    returns it.  RuntimeError naming the tool when one is missing or fails.
+    The directory is removed when the process exits (a class loader reads
+    it lazily until then), or at once when compiling fails."""
     out = tempfile.mkdtemp(prefix="qbench-java-")
+    try:
+        _compile(out, sources, classpath, protos)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    return out
+
+
+def _compile(out: str, sources: dict[str, str], classpath: list[str],
+             protos: Optional[dict[str, str]]) -> None:
     src = os.path.join(out, "src")
     os.makedirs(src)
     for name, text in {**sources, **(protos or {})}.items():
@@ -110,7 +124,6 @@ def compile_java(sources: dict[str, str], classpath: list[str],
                            "openjdk-17-jdk-headless")
     _run([javac, "-nowarn", "-encoding", "UTF-8", "-d", out, "-cp",
           os.pathsep.join(classpath)] + files)
-    return out
 
 
 def _run(cmd: list[str]) -> None:
