@@ -452,6 +452,10 @@ def test_jvm_codecs_rows(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(out_json.read_text())
     rows = {(r["codec"], r["n"]): r for r in data["results"]}
+    # the table keeps its columns with the longer names: every line as wide as the header
+    table = [line for line in res.output.splitlines() if not line.startswith("#")]
+    assert table[0].startswith("codec") and len(table) == 1 + len(rows)
+    assert {len(line) for line in table} == {len(table[0])}
     for name in ("java-serialization", "protobuf-java", "xstream"):
         assert data["codecs"][name] == {"available": True}
         for n in (200, 400):
