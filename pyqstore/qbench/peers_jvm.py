@@ -171,6 +171,8 @@ class _JdbcStore(bk.Store):
         self.ins_q.executeUpdate()
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
+        if n <= 0:      # Derby refuses FETCH FIRST 0 ROWS
+            return []
         ps = self.heads.get(n)
         if ps is None:
             ps = self.heads[n] = self.con.prepareStatement(self.dialect.head.format(n=int(n)))
