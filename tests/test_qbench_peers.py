@@ -264,6 +264,24 @@ def test_mysql_server_is_loopback_only_and_leaves_nothing_behind(tmp_path):
 
 
 @needs("mysql")
+def test_mysql_server_that_cannot_start_says_why_and_leaves_nothing(tmp_path):
+    import socket
+
+    from pyqstore.qbench import servers_mariadb
+
+    server = servers_mariadb.MariaDB(False)
+    with socket.socket() as taken:      # bound, not listening: its bind fails, ours holds
+        taken.bind(("127.0.0.1", server.port))
+        with pytest.raises(RuntimeError) as e:
+            server.start()
+    assert "MariaDB did not start" in str(e.value) and "exited with status" in str(e.value)
+    assert "[ERROR]" in str(e.value) and "Address already in use" in str(e.value)
+    assert "[Note]" not in str(e.value)
+    assert server.proc is None and not os.path.exists(server.dir)
+    assert _mariadb_processes(server.datadir) == []
+
+
+@needs("mysql")
 def test_mysql_synced_commits_survive_killing_the_server(tmp_path):
     import signal
     import subprocess

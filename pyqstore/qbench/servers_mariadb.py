@@ -64,15 +64,22 @@ class MariaDB(servers.Server):
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             servers._wait_port(self.port, self.proc, START_TIMEOUT)
         except BaseException as e:
-            tail = ""
-            if os.path.exists(self.log):
-                with open(self.log, errors="replace") as f:
-                    tail = f.read()[-800:]
+            said = self._errors()
             self.stop()
             if isinstance(e, Exception):
-                raise RuntimeError(f"MariaDB did not start: {e}\n{tail}") from e
+                raise RuntimeError(f"MariaDB did not start: {e}\n{said}") from e
             raise
         return self
+
+    def _errors(self) -> str:
+        """The [ERROR] lines of the server's log (else its end): why it stopped."""
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return ""
+        errors = [line for line in lines if "[ERROR]" in line]
+        return "\n".join((errors or lines)[-6:])
 
 
 def version() -> str:
