@@ -402,8 +402,9 @@ def test_sqlite_jdbc_tune_with_writer_processes_each_its_own_jvm(tmp_path):
     assert rate > 0
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in ("derby", "bdb-je")])
-def test_jvm_embedded_refuse_writer_processes(tmp_path, name):
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(n)) for n in (
+    "mysql", "derby", "bdb-je", "hdf5", "rocksdb", "leveldb")])
+def test_peers_that_cannot_share_refuse_writer_processes(tmp_path, name):
     from click.testing import CliRunner
 
     from pyqstore.qbench.cli import main
