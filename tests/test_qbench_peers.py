@@ -426,6 +426,19 @@ def test_derby_leaves_no_log_in_the_working_directory(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@needs("bdb-je")
+def test_bdb_je_refuses_an_equal_duplicate_instead_of_dropping_it(tmp_path):
+    s = _backend("bdb-je").open(str(tmp_path), False)
+    try:
+        s.putdup(b"k", b"v")
+        with pytest.raises(bk.Unsupported, match="one copy of equal values"):
+            s.putdup(b"k", b"v")
+        s.putdup(b"k", b"w")
+        assert s.getdup(b"k") == [b"v", b"w"]
+    finally:
+        s.close()
+
+
 _JVM_CHILD = """
 import os, signal, sys
 from pyqstore.qbench import backends as bk

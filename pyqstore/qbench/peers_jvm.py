@@ -347,7 +347,13 @@ class _JeStore(bk.Store):
         return bytes(d.getData()) if st == self.je.OperationStatus.SUCCESS else None
 
     def putdup(self, key: bytes, value: bytes) -> None:
-        self._put(self.s.dups, key, value)
+        # put() would keep one copy of an equal pair and say SUCCESS: a lost value
+        st = self.s.dups.putNoDupData(self.txn, self._entry(key), self._entry(value))
+        if st == self.je.OperationStatus.KEYEXIST:
+            raise bk.Unsupported("the same value twice under one key (JE's sorted "
+                                 "duplicates hold one copy of equal values)")
+        if st != self.je.OperationStatus.SUCCESS:
+            raise OSError(f"bdb-je putNoDupData: {st}")
 
     def getdup(self, key: bytes) -> list[bytes]:
         cur = self.s.dups.openCursor(self.txn, None)
