@@ -243,11 +243,18 @@ class _Jvm(bk.Backend):
         return jvm.missing(*self.jars)
 
 
+# why JDBC's rows need a connection per thread
+_JDBC_NOT_SHARED = ("a JDBC connection's prepared statements hold their parameters from "
+                    "setBytes to execute: threads sharing one would run each other's "
+                    "(JDBC's tutorials: a connection per thread)")
+
+
 class Derby(_Jvm):
     name = "derby"
     jars = ("derby.jar",)
     hint = f"apt-get install libderby-java; {jvm.JRE_HINT}"
     no_processes = "embedded Derby: one JVM boots a database at a time"
+    no_shared_handle = _JDBC_NOT_SHARED
 
     def version(self) -> str:
         return f"Derby embedded (libderby-java {jvm.jar_version('derby.jar')}), {jvm.version()}"
@@ -261,6 +268,7 @@ class SqliteJdbc(_Jvm):
     jars = ("sqlite-jdbc.jar",)
     hint = f"apt-get install libxerial-sqlite-jdbc-java; {jvm.JRE_HINT}"
     no_processes = None         # SQLite's file locks serve processes, each its own JVM
+    no_shared_handle = _JDBC_NOT_SHARED
 
     def version(self) -> str:
         return (f"xerial sqlite-jdbc (libxerial-sqlite-jdbc-java "

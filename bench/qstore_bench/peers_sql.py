@@ -122,6 +122,8 @@ class MySQL(bk.Backend):
     module = "pymysql"
     hint = "apt-get install mariadb-server && pip install PyMySQL"
     no_processes = "a server: its writers are client connections, run them as threads"
+    no_shared_handle = ("a PyMySQL connection is not thread-safe (its threadsafety is 1: "
+                        "threads share the module, each needs its own connection)")
 
     def unavailable(self) -> Optional[str]:
         for exe in ("mariadbd", "mariadb-install-db"):

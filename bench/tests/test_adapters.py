@@ -179,6 +179,31 @@ def test_perf_handles_are_what_the_rows_say(handles, tmp_path):
     assert table and handles in table[0]
 
 
+@pytest.mark.parametrize("handles", ["shared", "per-thread"])
+@pytest.mark.parametrize("name", KV_BACKENDS)
+def test_every_backend_runs_the_handles_it_can_and_refuses_the_others(name, handles, tmp_path):
+    """Two threads with a handle each or one between them: the row says
+    which and has that many handles, or the backend is refused with the
+    reason its flag gives (a PyMySQL connection or a JDBC connection shared
+    by threads would interleave their statements)."""
+    b = _need(name)
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, ["perf", "-x", "2", "-n", "100", "--reps", "1", "--handles",
+                                    handles, "-b", name, "--dir", str(tmp_path),
+                                    "--json", str(out)])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    data = json.loads(out.read_text())
+    why = b.no_thread_handles if handles == "per-thread" else b.no_shared_handle
+    rows = {r["backend"]: r for r in data["results"]}
+    if why:
+        assert name not in rows
+        assert data["backends"][name]["reason"] == f"cannot run with {handles} handles: {why}"
+        return
+    assert rows[name]["handles"] == handles
+    assert rows[name]["distinct_handles"] == (1 if handles == "shared" else 2)
+    assert rows[name]["writes_per_s"] > 0 and rows[name]["reads_per_s"] > 0
+
+
 def test_a_backend_without_per_thread_handles_is_refused_with_the_reason(tmp_path):
     _need("tokyocabinet")
     out = tmp_path / "p.json"
