@@ -45,15 +45,19 @@ def test_tune_runs_with_writer_threads(name, tmp_path):
     assert len(cells) == 9 and all(c["items_per_s"] > 0 for c in cells)
 
 
-@pytest.mark.parametrize("name", ["lmdb", "berkeleydb", "persist-queue", "pyqstore",
-                                  "sqlite3", "diskcache"])
+@pytest.mark.parametrize("name", [b.name for b in bk.BACKENDS
+                                  if "queue" in b.kinds and not b.no_thread_handles])
 def test_per_thread_handles_commit_every_item_once(name, tmp_path):
     """Writer threads with their own handles and transactions: every item
     of every transaction is in the queue afterwards, none twice."""
+    b = _need(name)
+    with b.session(False) as session:     # a server's backends need it
+        _commit_from_threads(bk.open_store(b, str(tmp_path), False, session))
+
+
+def _commit_from_threads(first: bk.Store) -> None:
     import threading
 
-    b = _need(name)
-    first = b.open(str(tmp_path), False)
     stores = [first] + [first.connect() for _ in range(2)]
     try:
         def write(i: int) -> None:
