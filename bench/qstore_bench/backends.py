@@ -1171,8 +1171,11 @@ class Null(Backend):
         return _NullStore()
 
 
+# the peers' modules import this one: imported here, once Store and Backend exist
+from .peers import PEERS  # noqa: E402
+
 BACKENDS: list[Backend] = [Pyqstore(), Native(), TokyoCabinet(), Lmdb(), Sqlite3(), Redis(),
-                           BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()]
+                           BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()] + PEERS
 NULL = Null()
 
 
@@ -1189,7 +1192,7 @@ def by_name(names: Optional[list[str]]) -> list[Backend]:
 
 
 def open_store(backend: Backend, directory: str, sync: bool, session: Session) -> Store:
-    if isinstance(session, (_RedisSession, _MemcachedSession)):
+    if hasattr(session, "server"):     # a server's backends need its port
         return backend.open(directory, sync, session=session)  # type: ignore[call-arg]
     return backend.open(directory, sync)
 

@@ -602,14 +602,15 @@ def codecs(max_n: int, step: int, reps: int, plot_path: Optional[str],
     from . import codecs as cd
 
     result = cd.run(max_n, step, reps)
+    w = 1 + max(len(name) for name in ["codec", *result["codecs"]])    # java-serialization
     for name, st in result["codecs"].items():
         if not st["available"]:
-            click.echo(f"#   {name:<10} unavailable: {st['reason']}")
-    click.echo(f"{'codec':<10}{'n':>8}{'bytes':>10}{'x raw':>8}{'enc us':>11}{'dec us':>11}")
+            click.echo(f"#   {name:<{w}} unavailable: {st['reason']}")
+    click.echo(f"{'codec':<{w}}{'n':>8}{'bytes':>10}{'x raw':>8}{'enc us':>11}{'dec us':>11}")
     shown = {step, max_n - max_n % step, (max_n // step // 2) * step}
     for r in result["results"]:
         if r["n"] in shown:
-            click.echo(f"{r['codec']:<10}{r['n']:>8}{r['bytes']:>10}{r['relative']:>8.2f}"
+            click.echo(f"{r['codec']:<{w}}{r['n']:>8}{r['bytes']:>10}{r['relative']:>8.2f}"
                        f"{r['encode_us']:>11.1f}{r['decode_us']:>11.1f}")
     if plot_path:
         _plot_codecs(result, plot_path)

@@ -83,6 +83,8 @@ def codecs() -> dict[str, Any]:
     except ImportError:
         out["protobuf"] = "protobuf is not installed: pip install protobuf"
     out["xml"] = (_xml_encode, _xml_decode)
+    from .codecs_jvm import codecs as jvm_codecs    # seed 000's own, in the JVM
+    out.update(jvm_codecs())
     return out
 
 

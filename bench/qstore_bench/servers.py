@@ -35,6 +35,7 @@ class Server:
     """A server process on 127.0.0.1:port, in its own scratch directory."""
 
     exe = ""
+    stop_timeout = 5.0      # seconds from SIGTERM to SIGKILL
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -61,7 +62,7 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(5)
+                self.proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
