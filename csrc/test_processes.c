@@ -1,10 +1,40 @@
 /*
  * test_processes.c -- one casket opened by several processes: the write
  * lock between them (lock_timeout, QS_LOCKED, a holder that closes, one
- * killed with SIGKILL, one that commits while another waits) and two
- * handles of one process writing in turn.
+ * killed with SIGKILL, one that commits while another waits), two
+ * handles of one process writing in turn, and a checkpointer killed
+ * between its steps (pwrite is interposed to die right after a chosen
+ * write: the library is linked statically, so its calls land here first).
  */
 #include "test_records.h"
+#include <dlfcn.h>
+
+/* ------------------------------------------------------------------ */
+/* dying after a chosen write                                          */
+
+enum { DIE_NEVER, DIE_AFTER_PAGE0, DIE_AFTER_LOG_HEADER };
+static int die_after;   /* set in a child: which write it does not outlive */
+
+static int fd_is(int fd, const char *suffix)
+{
+    char path[600];
+    size_t n = tc_fd_path(fd, path, sizeof path), k = strlen(suffix);
+    return n >= k && strcmp(path + n - k, suffix) == 0;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real)
+        real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    ssize_t n = real(fd, buf, len, off);
+    /* The page cache has the write: a SIGKILL now tears nothing. */
+    if (die_after != DIE_NEVER && off == 0 && len == 4096 &&
+        (die_after == DIE_AFTER_LOG_HEADER ? fd_is(fd, "-log")
+                                           : fd_is(fd, "/casket")))
+        raise(SIGKILL);
+    return n;
+}
 
 /* ------------------------------------------------------------------ */
 /* the inter-process lock                                              */
@@ -171,9 +201,116 @@ static void lock_other_process(void)
     tc_tmp_remove(&t);
 }
 
+/* ------------------------------------------------------------------ */
+/* a checkpointer killed halfway                                       */
+
+/* A child that opens path, commits k=child and checkpoints (qs_sync),
+ * dying at the write die_after names. */
+static int dying_checkpointer_main(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    int rc;
+    qs_casket *c = open_mode(arg, QS_OPEN_WRITE, &rc);
+    if (!c || put_str(c, "k", "child") != 0)
+        return 2;
+    memcpy(&die_after, (const char *)arg + strlen(arg) + 1, sizeof die_after);
+    qs_sync(c);
+    return 3;   /* the checkpoint never wrote what it should have died at */
+}
+
+/* A checkpoint killed after page 0 (the main file then holds the newest
+ * commit while the log and the region still name the old generation) or
+ * after the new log header (not yet published): a fresh open must see the
+ * casket as it was committed, not QS_CORRUPT; the handle that stayed open
+ * reads and writes on, and what it writes survives a reopen. */
+static void checkpointer_killed_at(int die)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "k", "parent"), 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+
+    char arg[sizeof t.path + sizeof die];
+    memcpy(arg, t.path, strlen(t.path) + 1);
+    memcpy(arg + strlen(t.path) + 1, &die, sizeof die);
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, dying_checkpointer_main, arg) == 0);
+    CHECK_RC(tc_child_end(&ch), 128 + SIGKILL);
+
+    qs_casket *d = NULL;
+    qs_options o;
+    qs_options_init(&o);
+    o.flag = QS_OPEN_WRITE;
+    rc = qs_open(t.path, &o, &d);
+    if (rc)
+        printf("  open after the kill: rc %d (%s) %s\n", rc, qs_strerror(rc), qs_open_detail());
+    CHECK_RC(rc, 0);
+    if (d) {
+        CHECK(get_is(d, "k", "child"));
+        CHECK(get_is(d, "a", "1"));
+    }
+    /* the open handle takes over the dead writer's lock and writes on */
+    CHECK(get_is(c, "k", "child"));
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    CHECK(get_is(c, "b", "2"));
+    if (d) {
+        CHECK(get_is(d, "b", "2"));
+        CHECK_RC(put_str(d, "c", "3"), 0);
+        CHECK_RC(check_ok(d), 0);
+        qs_close(d);
+    }
+    CHECK(get_is(c, "c", "3"));
+    /* a crash now (the files as they are, no handle left) loses nothing:
+     * the commits since the kill were not appended behind page 0 */
+    tc_tmp cut;
+    REQUIRE(tc_tmp_make(&cut) == 0);
+    CHECK(tc_copy_file(t.path, cut.path) == 0 && tc_copy_file(t.log, cut.log) == 0);
+    qs_casket *r = open_mode(cut.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (r) {
+        CHECK(get_is(r, "k", "child") && get_is(r, "a", "1"));
+        CHECK(get_is(r, "b", "2"));
+        CHECK(get_is(r, "c", "3"));
+        CHECK_RC(check_ok(r), 0);
+        qs_close(r);
+    }
+    tc_tmp_remove(&cut);
+    /* a third process opening now agrees */
+    qs_casket *e = NULL;
+    CHECK_RC(qs_open(t.path, &o, &e), 0);
+    if (e) {
+        CHECK(get_is(e, "b", "2") && get_is(e, "c", "3") && get_is(e, "k", "child"));
+        qs_close(e);
+    }
+    CHECK_RC(qs_close(c), 0);
+    /* and recovery, alone, finds every commit */
+    c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (c) {
+        CHECK(get_is(c, "k", "child") && get_is(c, "a", "1") && get_is(c, "b", "2") &&
+              get_is(c, "c", "3"));
+        CHECK_RC(check_ok(c), 0);
+        qs_close(c);
+    }
+    tc_tmp_remove(&t);
+}
+
+static void checkpointer_killed_after_page0(void) { checkpointer_killed_at(DIE_AFTER_PAGE0); }
+
+static void checkpointer_killed_after_log_header(void)
+{
+    checkpointer_killed_at(DIE_AFTER_LOG_HEADER);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(lock_other_process);
+    RUN(checkpointer_killed_after_page0);
+    RUN(checkpointer_killed_after_log_header);
     return tc_summary();
 }
