@@ -22,6 +22,22 @@ static int fd_is(int fd, const char *suffix)
     return n >= k && strcmp(path + n - k, suffix) == 0;
 }
 
+/* Set in a thread: its next read of the main file sleeps this long first
+ * (an operation that stays inside the checkpoint guard). */
+static _Thread_local long slow_read_ms;
+
+ssize_t pread(int fd, void *buf, size_t len, off_t off)
+{
+    static ssize_t (*real)(int, void *, size_t, off_t);
+    if (!real)
+        real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    if (slow_read_ms && fd_is(fd, "/casket")) {
+        msleep(slow_read_ms);
+        slow_read_ms = 0;
+    }
+    return real(fd, buf, len, off);
+}
+
 ssize_t pwrite(int fd, const void *buf, size_t len, off_t off)
 {
     static ssize_t (*real)(int, const void *, size_t, off_t);
@@ -219,6 +235,32 @@ static int dying_checkpointer_main(void *arg, int report, int release)
     return 3;   /* the checkpoint never wrote what it should have died at */
 }
 
+/* Runs dying_checkpointer_main on path; its exit status. */
+static int kill_checkpointer(const char *path, int die)
+{
+    char arg[sizeof ((tc_tmp *)0)->path + sizeof die];
+    memcpy(arg, path, strlen(path) + 1);
+    memcpy(arg + strlen(path) + 1, &die, sizeof die);
+    tc_child ch;
+    if (tc_child_start(&ch, dying_checkpointer_main, arg) != 0)
+        return -1;
+    return tc_child_end(&ch);
+}
+
+/* What a crash would leave now: t's main file and log copied into cut (a
+ * new directory, no region), opened there alone, so recovery runs. */
+static qs_casket *open_crash_copy(const tc_tmp *t, tc_tmp *cut, int *rc)
+{
+    *rc = QS_INVAL;
+    if (tc_tmp_make(cut) != 0) {
+        cut->dir[0] = 0;    /* nothing for tc_tmp_remove */
+        return NULL;
+    }
+    if (tc_copy_file(t->path, cut->path) != 0 || tc_copy_file(t->log, cut->log) != 0)
+        return NULL;
+    return open_mode(cut->path, QS_OPEN_WRITE, rc);
+}
+
 /* A checkpoint killed after page 0 (the main file then holds the newest
  * commit while the log and the region still name the old generation) or
  * after the new log header (not yet published): a fresh open must see the
@@ -234,12 +276,7 @@ static void checkpointer_killed_at(int die)
     CHECK_RC(put_str(c, "k", "parent"), 0);
     CHECK_RC(put_str(c, "a", "1"), 0);
 
-    char arg[sizeof t.path + sizeof die];
-    memcpy(arg, t.path, strlen(t.path) + 1);
-    memcpy(arg + strlen(t.path) + 1, &die, sizeof die);
-    tc_child ch;
-    REQUIRE(tc_child_start(&ch, dying_checkpointer_main, arg) == 0);
-    CHECK_RC(tc_child_end(&ch), 128 + SIGKILL);
+    CHECK_RC(kill_checkpointer(t.path, die), 128 + SIGKILL);
 
     qs_casket *d = NULL;
     qs_options o;
@@ -267,9 +304,7 @@ static void checkpointer_killed_at(int die)
     /* a crash now (the files as they are, no handle left) loses nothing:
      * the commits since the kill were not appended behind page 0 */
     tc_tmp cut;
-    REQUIRE(tc_tmp_make(&cut) == 0);
-    CHECK(tc_copy_file(t.path, cut.path) == 0 && tc_copy_file(t.log, cut.log) == 0);
-    qs_casket *r = open_mode(cut.path, QS_OPEN_WRITE, &rc);
+    qs_casket *r = open_crash_copy(&t, &cut, &rc);
     CHECK_RC(rc, 0);
     if (r) {
         CHECK(get_is(r, "k", "child") && get_is(r, "a", "1"));
@@ -306,11 +341,58 @@ static void checkpointer_killed_after_log_header(void)
     checkpointer_killed_at(DIE_AFTER_LOG_HEADER);
 }
 
+static void *slow_get(void *arg)
+{
+    slow_read_ms = 2000;
+    return (void *)(intptr_t)get_is(arg, "a", "1");
+}
+
+/* The writer that takes over cannot finish the dead checkpoint while
+ * another handle stays inside an operation (250 ms): its write fails with
+ * QS_LOCKED and it lets go of the lock as a dead holder would, so the next
+ * write finishes the checkpoint first and survives a crash. */
+static void checkpoint_finished_after_readers_left(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+    CHECK_RC(kill_checkpointer(t.path, DIE_AFTER_PAGE0), 128 + SIGKILL);
+    qs_casket *d = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (d) {
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, slow_get, d) == 0);
+        msleep(200);    /* the reader is inside its operation */
+        CHECK_RC(put_str(c, "b", "2"), QS_LOCKED);
+        void *got;
+        pthread_join(th, &got);
+        CHECK(got == (void *)1);
+    }
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    tc_tmp cut;
+    qs_casket *r = open_crash_copy(&t, &cut, &rc);
+    CHECK_RC(rc, 0);
+    if (r) {
+        CHECK(get_is(r, "k", "child") && get_is(r, "a", "1"));
+        CHECK(get_is(r, "b", "2"));
+        qs_close(r);
+    }
+    tc_tmp_remove(&cut);
+    if (d)
+        qs_close(d);    /* (a close checkpoints: only now) */
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(lock_other_process);
     RUN(checkpointer_killed_after_page0);
     RUN(checkpointer_killed_after_log_header);
+    RUN(checkpoint_finished_after_readers_left);
     return tc_summary();
 }
