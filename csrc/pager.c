@@ -961,29 +961,59 @@ static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
     buf_drop(p, b);
 }
 
+/* Page 0 of the main file: its meta, or QS_CORRUPT when it fails its check. */
+static int read_page0_meta(pager *p, pg_meta *m)
+{
+    uint8_t *page = malloc(PG_SIZE);
+    if (!page)
+        return QS_NOMEM;
+    int rc = pread_page(p->fd, page, 0);
+    if (rc == 0 && (wal_page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
+        rc = QS_CORRUPT;
+    if (rc == 0)
+        meta_load(page + TR_META, m);
+    free(page);
+    return rc;
+}
+
+/* Whether the main file already holds every commit of log generation salt
+ * up to end: its frames are whole and valid and the last of them commits a
+ * transaction no newer than page 0's (main_txn).  So a checkpointer that
+ * was killed after writing page 0, before it published the new generation
+ * (the region still names this one, the log's header may name the next),
+ * left a consistent casket, not a damaged one.  *yes 0 otherwise. */
+static int log_superseded(pager *p, uint64_t salt, uint64_t end, uint64_t main_txn, int *yes)
+{
+    *yes = 0;
+    wal w = p->log;
+    w.salt = salt;
+    hm_map idx = {0};
+    wal_recovery rec;
+    int rc = wal_scan(&w, &idx, PG_SIZE, end, 0, 0, &rec, NULL, NULL);
+    hm_free(&idx);
+    if (rc == 0)
+        *yes = rec.found_commit && rec.end == end && rec.meta.txn <= main_txn;
+    return rc == QS_CORRUPT ? 0 : rc;
+}
+
 int pg_refresh(pager *p, uint64_t salt, uint64_t end)
 {
-    int rc;
+    int rc, reloaded = 0;
     if (salt != p->log.salt || p->reload) {
         /* Another handle checkpointed (or this one just attached): the main file holds all the old log
          * held, and the log started a new generation. */
         pg_meta m;
-        uint8_t *page = malloc(PG_SIZE);
-        if (!page)
-            return QS_NOMEM;
-        rc = pread_page(p->fd, page, 0);
-        if (rc == 0 && (wal_page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
-            rc = QS_CORRUPT;
-        if (rc == 0)
-            meta_load(page + TR_META, &m);
-        free(page);
-        if (rc)
+        if ((rc = read_page0_meta(p, &m)) != 0)
             return rc;
         wal w = p->log;
+        int superseded = 0;
         if (salt != 0) {
             if ((rc = wal_read_header(&w)) != 0)
                 return rc;
-            if (w.salt != salt)
+            if (w.salt != salt && end > PG_SIZE &&
+                (rc = log_superseded(p, salt, end, m.txn, &superseded)) != 0)
+                return rc;
+            if (w.salt != salt && !superseded)
                 return QS_CORRUPT;
         } else
             w.salt = 0;     /* no log yet (a read-only handle opened alone) */
@@ -992,11 +1022,14 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
             return QS_CORRUPT;
         drop_all(p, &p->cache);
         hm_clear(&p->logidx);
-        p->log.salt = w.salt;
-        p->log.base_txn = w.base_txn > m.txn ? w.base_txn : m.txn;
+        /* A superseded generation stays the one we follow: the next writer
+         * finishes the dead checkpoint and publishes a new one. */
+        p->log.salt = salt ? salt : w.salt;
+        p->log.base_txn = w.base_txn > m.txn && !superseded ? w.base_txn : m.txn;
         p->meta = m;
-        p->log_end = PG_SIZE;
+        p->log_end = superseded ? end : PG_SIZE;
         p->reload = 0;
+        reloaded = 1;
         if ((rc = main_size_pages(p, &p->main_pages)) != 0)
             return rc;
     }
@@ -1006,6 +1039,18 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
                       p);
         if (rc)
             return rc;
+        if (!rec.found_commit && reloaded && p->log_end == PG_SIZE) {
+            /* Nothing newer than page 0 in the log: superseded, or damaged. */
+            int superseded;
+            if ((rc = log_superseded(p, p->log.salt, end, p->meta.txn, &superseded)) != 0)
+                return rc;
+            if (superseded) {
+                p->log_end = end;
+                rec.found_commit = 1;
+                rec.end = end;
+                rec.meta = p->meta;
+            }
+        }
         if (!rec.found_commit || rec.end != end)
             return QS_CORRUPT;
         p->meta = rec.meta;
@@ -1015,6 +1060,24 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
     if (p->next_txn <= p->meta.txn)
         p->next_txn = p->meta.txn + 1;
     p->epoch++;
+    return 0;
+}
+
+int pg_checkpoint_unfinished(pager *p, int *yes)
+{
+    *yes = 0;
+    if (!p->has_log)
+        return 0;
+    pg_meta m;
+    int rc = read_page0_meta(p, &m);
+    if (rc)
+        return rc == QS_CORRUPT ? 0 : rc;   /* page 0 older or torn: the log repairs it */
+    wal w = p->log;
+    if ((rc = wal_read_header(&w)) != 0)
+        return rc == QS_CORRUPT ? 0 : rc;
+    *yes = m.txn >= p->meta.txn && (p->log_end > PG_SIZE || w.salt != p->log.salt);
+    if (*yes)
+        hm_clear(&p->logidx);   /* every page it names is in the main file */
     return 0;
 }
 

@@ -106,6 +106,16 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end);
  * the log's size.  Returns 0 or an error as pg_refresh. */
 int pg_adopt(pager *p, int *found);
 
+/* After a writer died holding the write lock (call holding it, inside the
+ * view lock): whether it died in a checkpoint that had already written
+ * page 0 (the main file holds this view's newest commit) but not yet
+ * published a new log generation (*yes 1).  Then the log index is dropped
+ * (its pages are all in the main file) and the caller must finish the
+ * checkpoint before anything is written to the log: recovery ignores frames
+ * not newer than page 0, so commits appended to this generation would be
+ * lost.  Returns 0 or errno. */
+int pg_checkpoint_unfinished(pager *p, int *yes);
+
 /* Verifies the log as recovery would read it: every frame of the committed
  * view [header, log_end) is whole and valid, and no frame after them is a
  * damaged frame that a later one declares synced.  Call inside the view

@@ -549,6 +549,15 @@ void sh_wunlock(sh_region *r)
         sh_futex_wake(&h->wseq, 1);
 }
 
+void sh_wabandon(sh_region *r)
+{
+    struct sh_header *h = r->hdr;
+    atomic_store(&h->wowner, (uint64_t)SH_SLOTS + 1);  /* no such slot: gone */
+    atomic_fetch_add(&h->wseq, 1);
+    if (atomic_load(&h->wwaiters))
+        sh_futex_wake(&h->wseq, 1);
+}
+
 uint64_t sh_take_txn(sh_region *r, uint64_t floor)
 {
     uint64_t n = atomic_load(&r->hdr->next_txn);

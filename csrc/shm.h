@@ -149,6 +149,10 @@ uint64_t sh_commit_seq(const sh_region *r);
  * QS_LOCKED. */
 int sh_wlock(sh_region *r, double timeout, int *holder_died);
 void sh_wunlock(sh_region *r);
+/* Lets go of the write lock as if its holder had died: the next taker gets
+ * *holder_died and repairs what this holder could not (an interrupted
+ * checkpoint it failed to finish). */
+void sh_wabandon(sh_region *r);
 /* The handles attached besides ours, and in *mine those of this process
  * (for messages: they may come and go meanwhile). */
 uint32_t sh_others(const sh_region *r, uint32_t *mine);

@@ -26,7 +26,8 @@
  * that outlives its case.
  *
  * Helpers: msleep; tc_child_start / tc_child_end / tc_child_kill, a forked
- * child with a pipe each way (reports up, a release down).
+ * child with a pipe each way (reports up, a release down); tc_fd_path, the
+ * file a descriptor names (for interposers that pick their writes).
  */
 #ifndef TEST_COMMON_H
 #define TEST_COMMON_H
@@ -355,6 +356,17 @@ typedef struct {
     char path[600];     /* dir + "/casket" */
     char log[620];      /* path + "-log" */
 } tc_tmp;
+
+/* The path descriptor fd has open (from /proc/self/fd): its length, 0
+ * when it cannot be read (path then ""). */
+static inline size_t tc_fd_path(int fd, char *path, size_t cap)
+{
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, cap - 1);
+    path[n > 0 ? n : 0] = 0;
+    return n > 0 ? (size_t)n : 0;
+}
 
 static inline long long tc_file_size(const char *p)
 {

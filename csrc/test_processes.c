@@ -1,10 +1,56 @@
 /*
  * test_processes.c -- one casket opened by several processes: the write
  * lock between them (lock_timeout, QS_LOCKED, a holder that closes, one
- * killed with SIGKILL, one that commits while another waits) and two
- * handles of one process writing in turn.
+ * killed with SIGKILL, one that commits while another waits), two
+ * handles of one process writing in turn, and a checkpointer killed
+ * between its steps (pwrite is interposed to die right after a chosen
+ * write: the library is linked statically, so its calls land here first).
  */
 #include "test_records.h"
+#include <dlfcn.h>
+
+/* ------------------------------------------------------------------ */
+/* dying after a chosen write                                          */
+
+enum { DIE_NEVER, DIE_AFTER_PAGE0, DIE_AFTER_LOG_HEADER };
+static int die_after;   /* set in a child: which write it does not outlive */
+
+static int fd_is(int fd, const char *suffix)
+{
+    char path[600];
+    size_t n = tc_fd_path(fd, path, sizeof path), k = strlen(suffix);
+    return n >= k && strcmp(path + n - k, suffix) == 0;
+}
+
+/* Set in a thread: its next read of the main file sleeps this long first
+ * (an operation that stays inside the checkpoint guard). */
+static _Thread_local long slow_read_ms;
+
+ssize_t pread(int fd, void *buf, size_t len, off_t off)
+{
+    static ssize_t (*real)(int, void *, size_t, off_t);
+    if (!real)
+        real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+    if (slow_read_ms && fd_is(fd, "/casket")) {
+        msleep(slow_read_ms);
+        slow_read_ms = 0;
+    }
+    return real(fd, buf, len, off);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+    static ssize_t (*real)(int, const void *, size_t, off_t);
+    if (!real)
+        real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite");
+    ssize_t n = real(fd, buf, len, off);
+    /* The page cache has the write: a SIGKILL now tears nothing. */
+    if (die_after != DIE_NEVER && off == 0 && len == 4096 &&
+        (die_after == DIE_AFTER_LOG_HEADER ? fd_is(fd, "-log")
+                                           : fd_is(fd, "/casket")))
+        raise(SIGKILL);
+    return n;
+}
 
 /* ------------------------------------------------------------------ */
 /* the inter-process lock                                              */
@@ -171,9 +217,182 @@ static void lock_other_process(void)
     tc_tmp_remove(&t);
 }
 
+/* ------------------------------------------------------------------ */
+/* a checkpointer killed halfway                                       */
+
+/* A child that opens path, commits k=child and checkpoints (qs_sync),
+ * dying at the write die_after names. */
+static int dying_checkpointer_main(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    int rc;
+    qs_casket *c = open_mode(arg, QS_OPEN_WRITE, &rc);
+    if (!c || put_str(c, "k", "child") != 0)
+        return 2;
+    memcpy(&die_after, (const char *)arg + strlen(arg) + 1, sizeof die_after);
+    qs_sync(c);
+    return 3;   /* the checkpoint never wrote what it should have died at */
+}
+
+/* Runs dying_checkpointer_main on path; its exit status. */
+static int kill_checkpointer(const char *path, int die)
+{
+    char arg[sizeof ((tc_tmp *)0)->path + sizeof die];
+    memcpy(arg, path, strlen(path) + 1);
+    memcpy(arg + strlen(path) + 1, &die, sizeof die);
+    tc_child ch;
+    if (tc_child_start(&ch, dying_checkpointer_main, arg) != 0)
+        return -1;
+    return tc_child_end(&ch);
+}
+
+/* What a crash would leave now: t's main file and log copied into cut (a
+ * new directory, no region), opened there alone, so recovery runs. */
+static qs_casket *open_crash_copy(const tc_tmp *t, tc_tmp *cut, int *rc)
+{
+    *rc = QS_INVAL;
+    if (tc_tmp_make(cut) != 0) {
+        cut->dir[0] = 0;    /* nothing for tc_tmp_remove */
+        return NULL;
+    }
+    if (tc_copy_file(t->path, cut->path) != 0 || tc_copy_file(t->log, cut->log) != 0)
+        return NULL;
+    return open_mode(cut->path, QS_OPEN_WRITE, rc);
+}
+
+/* A checkpoint killed after page 0 (the main file then holds the newest
+ * commit while the log and the region still name the old generation) or
+ * after the new log header (not yet published): a fresh open must see the
+ * casket as it was committed, not QS_CORRUPT; the handle that stayed open
+ * reads and writes on, and what it writes survives a reopen. */
+static void checkpointer_killed_at(int die)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "k", "parent"), 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+
+    CHECK_RC(kill_checkpointer(t.path, die), 128 + SIGKILL);
+
+    qs_casket *d = NULL;
+    qs_options o;
+    qs_options_init(&o);
+    o.flag = QS_OPEN_WRITE;
+    rc = qs_open(t.path, &o, &d);
+    if (rc)
+        printf("  open after the kill: rc %d (%s) %s\n", rc, qs_strerror(rc), qs_open_detail());
+    CHECK_RC(rc, 0);
+    if (d) {
+        CHECK(get_is(d, "k", "child"));
+        CHECK(get_is(d, "a", "1"));
+    }
+    /* the open handle takes over the dead writer's lock and writes on */
+    CHECK(get_is(c, "k", "child"));
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    CHECK(get_is(c, "b", "2"));
+    if (d) {
+        CHECK(get_is(d, "b", "2"));
+        CHECK_RC(put_str(d, "c", "3"), 0);
+        CHECK_RC(check_ok(d), 0);
+        qs_close(d);
+    }
+    CHECK(get_is(c, "c", "3"));
+    /* a crash now (the files as they are, no handle left) loses nothing:
+     * the commits since the kill were not appended behind page 0 */
+    tc_tmp cut;
+    qs_casket *r = open_crash_copy(&t, &cut, &rc);
+    CHECK_RC(rc, 0);
+    if (r) {
+        CHECK(get_is(r, "k", "child") && get_is(r, "a", "1"));
+        CHECK(get_is(r, "b", "2"));
+        CHECK(get_is(r, "c", "3"));
+        CHECK_RC(check_ok(r), 0);
+        qs_close(r);
+    }
+    tc_tmp_remove(&cut);
+    /* a third process opening now agrees */
+    qs_casket *e = NULL;
+    CHECK_RC(qs_open(t.path, &o, &e), 0);
+    if (e) {
+        CHECK(get_is(e, "b", "2") && get_is(e, "c", "3") && get_is(e, "k", "child"));
+        qs_close(e);
+    }
+    CHECK_RC(qs_close(c), 0);
+    /* and recovery, alone, finds every commit */
+    c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (c) {
+        CHECK(get_is(c, "k", "child") && get_is(c, "a", "1") && get_is(c, "b", "2") &&
+              get_is(c, "c", "3"));
+        CHECK_RC(check_ok(c), 0);
+        qs_close(c);
+    }
+    tc_tmp_remove(&t);
+}
+
+static void checkpointer_killed_after_page0(void) { checkpointer_killed_at(DIE_AFTER_PAGE0); }
+
+static void checkpointer_killed_after_log_header(void)
+{
+    checkpointer_killed_at(DIE_AFTER_LOG_HEADER);
+}
+
+static void *slow_get(void *arg)
+{
+    slow_read_ms = 2000;
+    return (void *)(intptr_t)get_is(arg, "a", "1");
+}
+
+/* The writer that takes over cannot finish the dead checkpoint while
+ * another handle stays inside an operation (250 ms): its write fails with
+ * QS_LOCKED and it lets go of the lock as a dead holder would, so the next
+ * write finishes the checkpoint first and survives a crash. */
+static void checkpoint_finished_after_readers_left(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(put_str(c, "a", "1"), 0);
+    CHECK_RC(kill_checkpointer(t.path, DIE_AFTER_PAGE0), 128 + SIGKILL);
+    qs_casket *d = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    CHECK_RC(rc, 0);
+    if (d) {
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, slow_get, d) == 0);
+        msleep(200);    /* the reader is inside its operation */
+        CHECK_RC(put_str(c, "b", "2"), QS_LOCKED);
+        void *got;
+        pthread_join(th, &got);
+        CHECK(got == (void *)1);
+    }
+    CHECK_RC(put_str(c, "b", "2"), 0);
+    tc_tmp cut;
+    qs_casket *r = open_crash_copy(&t, &cut, &rc);
+    CHECK_RC(rc, 0);
+    if (r) {
+        CHECK(get_is(r, "k", "child") && get_is(r, "a", "1"));
+        CHECK(get_is(r, "b", "2"));
+        qs_close(r);
+    }
+    tc_tmp_remove(&cut);
+    if (d)
+        qs_close(d);    /* (a close checkpoints: only now) */
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(lock_other_process);
+    RUN(checkpointer_killed_after_page0);
+    RUN(checkpointer_killed_after_log_header);
+    RUN(checkpoint_finished_after_readers_left);
     return tc_summary();
 }

@@ -171,19 +171,23 @@ void tx_publish(qs_casket *c)
     c->seen_seq = c->wrote_seq = sh_commit_seq(&c->sh);
 }
 
+static int checkpoint_run(qs_casket *c, uint64_t keep, int pins_hold_off);
+
 /* Takes the cross-process write lock for the thread that holds the
  * in-process one, and brings the writer up to date: the newest commit, a
- * commit a writer that died holding the lock left unpublished, the log's
- * size, and a transaction number no other writer has used. */
+ * commit a writer that died holding the lock left unpublished, a
+ * checkpoint it died in, the log's size, and a transaction number no other
+ * writer has used. */
 int tx_process_lock(qs_casket *c, double timeout)
 {
     int died, rc = sh_wlock(&c->sh, timeout, &died);
     if (rc)
         return rc;
+    int unfinished = 0;
     if ((rc = cs_view_lock(c)) == 0) {
         int found = 0;
-        if (died)
-            rc = pg_adopt(&c->pg, &found);
+        if (died && (rc = pg_adopt(&c->pg, &found)) == 0 && !found)
+            rc = pg_checkpoint_unfinished(&c->pg, &unfinished);
         else if (c->seen_seq != c->wrote_seq && c->pg.log.salt)
             rc = pg_log_size(&c->pg);
         if (rc == 0 && found) {
@@ -206,6 +210,16 @@ int tx_process_lock(qs_casket *c, double timeout)
             c->pg.next_txn = sh_take_txn(&c->sh, floor);
         }
         cs_view_unlock(c);
+    }
+    /* The dead writer's checkpoint is finished before anything is logged
+     * behind page 0.  Its pins were revoked by the dead checkpointer, and
+     * a snapshot taken since reads the main file only. */
+    if (rc == 0 && unfinished &&
+        (rc = checkpoint_run(c, c->checkpoint_bytes + (1u << 20), 0)) != 0) {
+        /* Readers kept us out: the next taker, finding the lock's holder
+         * dead, tries again. */
+        sh_wabandon(&c->sh);
+        return rc;
     }
     if (rc)
         sh_wunlock(&c->sh);
@@ -430,18 +444,25 @@ int tx_group_sync(qs_casket *c, uint64_t lsn)
 /* Checkpoint while holding the write lock with no transaction open. */
 int tx_checkpoint(qs_casket *c, uint64_t keep)
 {
+    return checkpoint_run(c, keep, 1);
+}
+
+/* pins_hold_off 0: finishing a dead writer's checkpoint, which no pin
+ * taken since can stop. */
+static int checkpoint_run(qs_casket *c, uint64_t keep, int pins_hold_off)
+{
     int rc = 0;
     /* A snapshot below its log limit holds the checkpoint off: put off to
      * a later commit like one that waited too long for readers.  Tested
      * first without the guard (cheap, and readers are not stopped), then
      * again inside it, where no pin can be taken any more. */
-    if (c->shared && sh_pins_hold(&c->sh, c->pg.log_end))
+    if (c->shared && pins_hold_off && sh_pins_hold(&c->sh, c->pg.log_end))
         return QS_LOCKED;
     /* Other processes may be reading pages the copy overwrites. */
     if (c->shared && (rc = sh_ckpt_begin(&c->sh, CKPT_WAIT)) != 0)
         return rc;
     if (c->shared) {
-        if (sh_pins_hold(&c->sh, c->pg.log_end)) {
+        if (pins_hold_off && sh_pins_hold(&c->sh, c->pg.log_end)) {
             sh_ckpt_end(&c->sh);
             return QS_LOCKED;
         }
