@@ -107,6 +107,9 @@ class Backend:
     no_thread_handles: Optional[str] = None
     # why threads cannot share one handle
     no_shared_handle: Optional[str] = None
+    # why several threads cannot take from one queue at once (each would
+    # get some items twice)
+    no_concurrent_consumers: Optional[str] = None
 
     def unavailable(self) -> Optional[str]:
         """None when usable here, else the reason."""
@@ -328,6 +331,12 @@ class _TCStore(Store):
         self.next_id = 0
         self.sync = sync
         self.in_txn = False
+        # The threads share this handle, and a queue operation is several
+        # calls (the id's entry under the queue name, then its payload):
+        # tcbdbsetmutex makes each call atomic, not the sequence, so
+        # without this lock two consumers take the same head and one
+        # removes an item nobody read.
+        self.qlock = threading.Lock()
 
     def _err(self) -> str:
         result: str = self.ffi.string(self.lib.tcbdberrmsg(self.lib.tcbdbecode(self.bdb))).decode()
@@ -384,14 +393,18 @@ class _TCStore(Store):
 
     # the seed's queue: queue name -> ids (duplicates), id -> payload
     def qput(self, name: str, payload: bytes) -> None:
-        self.next_id += 1
-        i = _be64(self.next_id)
         k = name.encode()
-        self._ok(self.lib.tcbdbputdup(self.bdb, k, len(k), i, len(i)), "tcbdbputdup")
-        self.put(i, payload)
+        with self.qlock:
+            self.next_id += 1
+            i = _be64(self.next_id)
+            self._ok(self.lib.tcbdbputdup(self.bdb, k, len(k), i, len(i)), "tcbdbputdup")
+            self.put(i, payload)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
-        k = name.encode()
+        with self.qlock:
+            return self._take(name.encode(), n)
+
+    def _take(self, k: bytes, n: int) -> list[bytes]:
         out = []
         for _ in range(n):
             i = self.get(k)
@@ -828,7 +841,15 @@ class _BdbStore(Store):
             cur.close()
 
     def qput(self, name: str, payload: bytes) -> None:
-        self.kv.put(b"q\0" + name.encode() + b"\0" + _be64(next(self.ids)), payload, txn=self.txn)
+        k = b"q\0" + name.encode() + b"\0" + _be64(next(self.ids))
+        while True:
+            try:
+                self.kv.put(k, payload, txn=self.txn)
+                return
+            except self.dbm.DBLockDeadlockError:
+                if self.txn is not None:
+                    raise           # the transaction is rerun by its caller
+                # an auto-commit put chosen by the detector was undone: again
 
     def queue_transaction(self, payloads: list[bytes]) -> None:
         while True:
@@ -842,8 +863,24 @@ class _BdbStore(Store):
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
         prefix = b"q\0" + name.encode() + b"\0"
-        own = self.txn is None
-        txn = self.env.txn_begin() if own else self.txn
+        if self.txn is not None:
+            return self._take(self.txn, prefix, n)
+        while True:
+            txn = self.env.txn_begin()
+            try:
+                out = self._take(txn, prefix, n)
+            except self.dbm.DBLockDeadlockError:
+                # concurrent consumers lock the same head: the detector chose
+                # this transaction, so abort it and take again
+                txn.abort()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            txn.commit()
+            return out
+
+    def _take(self, txn: Any, prefix: bytes, n: int) -> list[bytes]:
         cur = self.kv.cursor(txn=txn)
         out: list[bytes] = []
         try:
@@ -854,8 +891,6 @@ class _BdbStore(Store):
                 r = cur.next()
         finally:
             cur.close()
-        if own:
-            txn.commit()
         return out
 
     def qlen(self, name: str) -> int:
@@ -1126,6 +1161,9 @@ class PersistQueue(Backend):
     """persist-queue's SQLiteQueue; queues only."""
 
     name = "persist-queue"
+    no_concurrent_consumers = ("a get by one SQLiteQueue object reads the head and deletes it "
+                               "in two statements, so the objects of several threads hand out "
+                               "the same item (qstore-bench drain counted blocks twice)")
     kinds = frozenset({"queue"})
     module = "persistqueue"
     hint = "pip install persist-queue"

@@ -255,6 +255,9 @@ class Derby(_Jvm):
     hint = f"apt-get install libderby-java; {jvm.JRE_HINT}"
     no_processes = "embedded Derby: one JVM boots a database at a time"
     no_shared_handle = _JDBC_NOT_SHARED
+    no_concurrent_consumers = ("the adapter's take (SELECT the head, then DELETE it) runs at "
+                               "Derby's READ COMMITTED, so two connections take the same items "
+                               "(qstore-bench drain counted blocks twice)")
 
     def version(self) -> str:
         return f"Derby embedded (libderby-java {jvm.jar_version('derby.jar')}), {jvm.version()}"
@@ -386,9 +389,26 @@ class _JeStore(bk.Store):
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
         prefix = self._prefix(name)
-        own = self.txn is None
-        if own:
+        if self.txn is not None:
+            return self._take(prefix, n)
+        while True:
             self.begin()
+            try:
+                out = self._take(prefix, n)
+            except self.je.DeadlockException:
+                # consumers lock the same head and JE's lock timeout chose
+                # this one: abort its transaction and take again
+                txn, self.txn = self.txn, None
+                txn.abort()
+                continue
+            except BaseException:
+                txn, self.txn = self.txn, None
+                txn.abort()
+                raise
+            self.commit()
+            return out
+
+    def _take(self, prefix: bytes, n: int) -> list[bytes]:
         cur = self.s.q.openCursor(self.txn, None)
         ok, lm = self.je.OperationStatus.SUCCESS, self.je.LockMode.RMW
         k, d = self._entry(prefix), self._entry()
@@ -401,8 +421,6 @@ class _JeStore(bk.Store):
                 st = cur.getNext(k, d, lm)
         finally:
             cur.close()
-        if own:
-            self.commit()
         return out
 
     def qlen(self, name: str) -> int:

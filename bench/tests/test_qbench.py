@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 import pytest
 from click.testing import CliRunner
 
 from qstore_bench import backends as bk
+from qstore_bench import drain as dr
+from qstore_bench import widefinder as wf
 from qstore_bench.cli import main
 
 PEERS = "pyqstore,native,sqlite3,lmdb"
@@ -335,39 +338,135 @@ def test_tune_command(tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _expected_top10(n: int) -> list[tuple[str, int]]:
-    from collections import Counter
+def _independent_counts(path) -> Counter:
+    """Wide Finder's answer the slow obvious way: line by line."""
+    import re
 
-    from qstore_bench.experiments import _HIT, make_log_lines
-
-    want = Counter(m.group(1).decode() for line in make_log_lines(n)
-                   if (m := _HIT.search(line)))
-    return sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    hit = re.compile(r"GET /ongoing/When/\d\d\dx/(\d\d\d\d/\d\d/\d\d/[^ .]+) ")
+    with open(path, encoding="ascii") as f:
+        return Counter(m.group(1) for line in f if (m := hit.search(line)))
 
 
-def test_drain_command_counts_right_everywhere(tmp_path):
-    code, data, out = run(["drain", "--lines", "3000", "--consumers", "1,3", "--blocks",
-                           "7,500"], tmp_path)
+def test_the_log_generator_is_deterministic(tmp_path):
+    a, b, c = (str(tmp_path / n) for n in "abc")
+    n = wf.generate(a, 50_000, seed=4)
+    assert wf.generate(b, 50_000, seed=4) == n
+    wf.generate(c, 50_000, seed=5)
+    data = open(a, "rb").read()
+    assert data == open(b, "rb").read() and data != open(c, "rb").read()
+    assert 50_000 - 200 < len(data) <= 50_000 and data.endswith(b"\n")
+    assert data.count(b"\n") == n
+    # a longer log begins with the shorter one: one stream of lines
+    wf.generate(c, 80_000, seed=4)
+    assert open(c, "rb").read().startswith(data)
+    counts = wf.count_baseline(a)
+    assert counts == _independent_counts(a) and 0 < sum(counts.values()) < n
+    assert not any(k.endswith(".jpg") for k in counts)     # the image is not an article
+
+
+@pytest.mark.parametrize("block", [1, 97, 1000, 1 << 20])
+@pytest.mark.parametrize("parts", [1, 2, 5, 300])
+def test_blocks_are_whole_lines_and_cover_the_file(tmp_path, block, parts):
+    path = str(tmp_path / "a.log")
+    wf.generate(path, 20_000)
+    data = open(path, "rb").read()
+    ranges = wf.split(path, parts)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(data) and len(ranges) == parts
+    got = [list(wf.blocks(path, block, a, z)) for a, z in ranges]
+    assert b"".join(b"".join(bs) for bs in got) == data
+    for bs in got:
+        for x in bs:
+            assert x.endswith(b"\n") and (len(x) <= block or x.count(b"\n") == 1)
+
+
+QUEUE_BACKENDS = [b for b in bk.BACKENDS if "queue" in b.kinds]
+
+
+@pytest.mark.parametrize("backend", QUEUE_BACKENDS, ids=lambda b: b.name)
+def test_drain_counts_what_the_baseline_counts_on_every_backend(tmp_path, backend):
+    why = backend.unavailable()
+    if why:
+        pytest.skip(f"{why}; install: {backend.hint}")
+    log = str(tmp_path / "access.log")
+    wf.generate(log, 96 << 10, seed=7)
+    want = _independent_counts(log)
+    consumers = [1, 4]
+    res = dr.drain([backend], consumers, [2 << 10, 32 << 10], list(dr.STRATEGIES),
+                   producers=2, log=log, base=str(tmp_path))
+    if backend.no_concurrent_consumers:
+        assert "cannot have concurrent consumers" in res["backends"][backend.name]["reason"]
+        assert res["cells"] == []
+        consumers = [1]
+        res = dr.drain([backend], consumers, [2 << 10, 32 << 10], list(dr.STRATEGIES),
+                       producers=2, log=log, base=str(tmp_path))
+    assert res["backends"][backend.name]["available"], res["backends"]
+    assert len(res["cells"]) == 3 * len(consumers) * 2
+    assert res["all_correct"] and all(c["correct"] and c["seconds"] > 0 for c in res["cells"])
+    assert res["matches"] == sum(want.values()) and res["top10"] == wf.top(Counter(want))
+    g = res["extremes"][0]
+    assert g["best"]["seconds"] <= g["worst"]["seconds"] and g["worst_over_best"] >= 1
+
+
+def test_a_cell_that_counts_wrong_is_reported(tmp_path, monkeypatch):
+    # a consumer that drops one hit per block: the cell must say so and the
+    # command must fail, not print a table that looks right
+    real = wf.count_block
+
+    def lossy(block: bytes) -> Counter:
+        c = real(block)
+        if c:
+            c[next(iter(c))] -= 1
+        return c
+
+    monkeypatch.setattr(wf, "count_block", lossy)
+    monkeypatch.setattr(dr.wf, "count_baseline", lambda p, b=0: Counter(
+        {k: v for k, v in _independent_counts(p).items()}))
+    code, data, out = run(["drain", "-b", "pyqstore", "--size", "32K", "--blocks", "4K",
+                           "--consumers", "2", "--strategies", "mapreduce"], tmp_path)
+    assert code == 1 and data["all_correct"] is False
+    assert "WRONG COUNTS: pyqstore mapreduce 2 x 4K" in out
+
+
+def test_drain_command_picks_backends_and_lists_the_rest(tmp_path):
+    png = tmp_path / "drain.png"
+    code, data, out = run(["drain", "-b", "pyqstore,native,sqlite3", "--scale", "0.0001",
+                           "--consumers", "1,2", "--blocks", "16M,64M", "--plot", str(png)],
+                          tmp_path)
     assert code == 0, out
-    assert len(data["cells"]) == 3 * 2 * 2 and data["processes"] is False
-    assert data["all_top10_identical"] is True
-    assert all(c["top_matches"] and c["lines_per_s"] > 0 for c in data["cells"])
-    assert [tuple(x) for x in data["top10"]] == _expected_top10(3000)
+    assert {c["backend"] for c in data["cells"]} == {"pyqstore", "sqlite3"}
+    assert set(data["backends"]) == {"pyqstore", "native", "sqlite3"}
+    assert "native" in out and "unavailable: has no queue layer" in out
+    # --scale shrinks the log and the seed's block sizes together
+    assert data["blocks"] == [int((16 << 20) * 0.0001), int((64 << 20) * 0.0001)]
+    assert (1 << 30) * 0.0001 - 300 < data["log"]["bytes"] <= (1 << 30) * 0.0001
+    assert "the seed's baseline" in out and "best and worst combination" in out
+    assert "every cell counted what the baseline counted: yes" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    # the default is every backend, the unavailable ones with the reason
+    res = CliRunner().invoke(main, ["drain", "-b", "nosuch"])
+    assert res.exit_code == 2 and "unknown backend(s) nosuch" in res.output
 
 
-def test_drain_with_consumer_processes(tmp_path):
-    # every strategy with two consumer processes on one casket, each opened
-    # by path; locked keeps its counter in the casket, agent adds a process
-    code, data, out = run(["drain", "--processes", "--lines", "3000", "--consumers", "2",
-                           "--blocks", "7,500"], tmp_path)
-    assert code == 0, out
-    assert data["processes"] is True and "consumers as processes" in out
-    assert {(c["strategy"], c["block"]) for c in data["cells"]} == {
-        (s, b) for s in ("mapreduce", "locked", "agent") for b in (7, 500)}
-    assert all(c["top_matches"] and c["lines_per_s"] > 0 for c in data["cells"])
-    assert data["all_top10_identical"] is True and data["baseline"]["lines_per_s"] > 0
-    assert [tuple(x) for x in data["top10"]] == _expected_top10(3000)
-    assert not [p for p in os.listdir(tmp_path) if p.startswith("qstore-bench-")]
+def test_drain_plot_panels_share_one_colour_scale(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from qstore_bench import cli
+
+    code, data, _ = run(["drain", "-b", "pyqstore,lmdb", "--scale", "0.0001", "--consumers",
+                         "1,2", "--blocks", "16M,64M"], tmp_path)
+    assert code == 0
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: saved.append(fig))
+    cli._plot_drain(data, str(tmp_path / "x.png"))
+    fig = saved[0]
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 2 * 3                      # a panel per backend and strategy
+    assert len({im.get_clim() for im in images}) == 1
+    secs = [c["seconds"] for c in data["cells"]]
+    assert images[0].get_clim() == (min(secs), max(secs))
+    assert len(fig.axes) == 6 + 1                    # one colour bar
+    assert all(ax.get_title() for ax in fig.axes[:6])
 
 
 def test_tune_with_writer_processes(tmp_path):
@@ -430,6 +529,42 @@ def test_codecs_command(tmp_path):
         assert r["relative"] == pytest.approx(r["bytes"] / (r["n"] * 14))
     # json spells every element out: bigger than the raw data
     assert all(r["relative"] > 1 for r in data["results"] if r["codec"] == "json")
+    # the seed's remark, deserialize over serialize time, in the JSON and the table
+    for r in data["results"]:
+        assert r["decode_over_encode"] == pytest.approx(r["decode_us"] / r["encode_us"])
+    head = next(line for line in res.output.splitlines() if line.startswith("codec "))
+    assert head.split() == ["codec", "n", "bytes", "x", "raw", "ser", "us", "deser", "us",
+                            "deser/ser"]
+
+
+def test_python_protobuf_is_the_seeds_unpacked_message():
+    pytest.importorskip("google.protobuf")
+    from qstore_bench import codecs as cd
+
+    enc, dec = cd.codecs()["protobuf"]
+    for n in (1, 100, 300):
+        b = enc(cd.target(n))
+        # unpacked: a tag byte and a one-byte varint per zero (packed would be
+        # one tag, a length and n bytes), a tag, a length and 10 bytes per string
+        assert len(b) == 2 * n + 12 * n
+        assert dec(b) == cd.target(n)
+    assert enc({"ia": [0, 0], "sa": []}) == b"\x08\x00\x08\x00"
+
+
+def test_codecs_plot_has_a_titled_panel_each(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from qstore_bench import cli
+    from qstore_bench import codecs as cd
+
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda fig, *a, **k: saved.append(fig))
+    cli._plot_codecs(cd.run(200, 100, 1), str(tmp_path / "c.png"))
+    titles = [ax.get_title() for ax in saved[0].axes]
+    assert titles == ["size", "serialize time", "deserialize time",
+                      "deserialize / serialize time"]
+    assert all(ax.get_lines() for ax in saved[0].axes)
 
 
 def test_report_writes_a_page_with_every_experiment(tmp_path):
