@@ -500,7 +500,7 @@ def _human(n: float) -> str:
     """A byte count as the options spell it: 8M, 64K, 1.5G, 100."""
     for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= m:
-            return f"{n / m:.3g}{unit}"
+            return f"{n / m:.1f}".rstrip("0").rstrip(".") + unit
     return f"{n:.0f}"
 
 
@@ -539,8 +539,8 @@ def _drain_tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[lis
                    "baseline/best > 1: faster than the single-threaded loop",
                    ["backend", "strategy", "best", "s", "worst", "s", "worst/best",
                     "baseline/best"], rows))
-    tables.append(("the 10 most fetched articles (the baseline's count)", ["hits", "article"],
-                   [[f"{v:,}", k] for k, v in result["top10"]]))
+    tables.append(("the 10 most fetched articles (the baseline's count)", ["article", "hits"],
+                   [[k, f"{v:,}"] for k, v in result["top10"]]))
     return tables
 
 
@@ -729,10 +729,12 @@ def _codecs_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return ["codec", "n", "bytes", "x raw", "ser us", "deser us", "deser/ser"], rows
 
 
-CODEC_PANELS = (("bytes", "size", "bytes per object", True),
-                ("encode_us", "serialize time", "µs per object", True),
-                ("decode_us", "deserialize time", "µs per object", True),
-                ("decode_over_encode", "deserialize / serialize time", "ratio", False))
+# (row key, panel title, y label, whether 1 is a line to read against)
+CODEC_PANELS = (("bytes", "size", "bytes per object", False),
+                ("encode_us", "serialize time", "µs per object", False),
+                ("decode_us", "deserialize time", "µs per object", False),
+                ("decode_over_encode", "deserialize / serialize time",
+                 "ratio (above 1: deserializing is slower)", True))
 
 
 def _plot_codecs(result: dict[str, Any], path: str) -> None:
@@ -740,16 +742,15 @@ def _plot_codecs(result: dict[str, Any], path: str) -> None:
     their ratio against the element count, a titled panel each."""
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
-    for ax, (key, title, ylabel, log) in zip(axes.ravel(), CODEC_PANELS):
+    for ax, (key, title, ylabel, one) in zip(axes.ravel(), CODEC_PANELS):
         for name in dict.fromkeys(r["codec"] for r in result["results"]):
             rows = [r for r in result["results"] if r["codec"] == name and r[key] is not None]
             ax.plot([r["n"] for r in rows], [r[key] for r in rows], marker=".", label=name)
         ax.set_title(title)
         ax.set_xlabel("elements (ints and strings each)")
         ax.set_ylabel(ylabel)
-        if log:
-            ax.set_yscale("log")
-        else:
+        ax.set_yscale("log")
+        if one:
             ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)

@@ -398,15 +398,18 @@ class _JeStore(bk.Store):
             except self.je.DeadlockException:
                 # consumers lock the same head and JE's lock timeout chose
                 # this one: abort its transaction and take again
-                txn, self.txn = self.txn, None
-                txn.abort()
+                self._abort()
                 continue
             except BaseException:
-                txn, self.txn = self.txn, None
-                txn.abort()
+                self._abort()
                 raise
             self.commit()
             return out
+
+    def _abort(self) -> None:
+        txn: Any = self.txn
+        self.txn = None
+        txn.abort()
 
     def _take(self, prefix: bytes, n: int) -> list[bytes]:
         cur = self.s.q.openCursor(self.txn, None)
