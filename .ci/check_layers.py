@@ -78,6 +78,7 @@ LAYERS = {
     "queue.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
+    "leak_seed.c": "top",
     "test_*.c": "top",
     "test_*.h": "top",
 }

@@ -22,7 +22,7 @@ import struct
 import threading
 from typing import Any, Iterator, Optional, cast
 
-from . import servers
+from . import redis_tool, servers
 
 _be64 = struct.Struct(">Q").pack
 QUEUE_KEY = b"QUEUE"
@@ -110,6 +110,28 @@ class Backend:
     # why several threads cannot take from one queue at once (each would
     # get some items twice)
     no_concurrent_consumers: Optional[str] = None
+    # what the rows say the backend is, when its -b name alone does not
+    # (the client library driving a server, a server that keeps nothing on disk)
+    label = ""
+    # a tool in another language that perf runs beside this backend's rows on
+    # the same server (tool_phases), e.g. redis-benchmark: its rows' label
+    tool_label: Optional[str] = None
+
+    def row_label(self) -> str:
+        return self.label or self.name
+
+    def tool_unavailable(self) -> Optional[str]:
+        return "no such tool"
+
+    def tool_version(self) -> str:
+        return "?"
+
+    def tool_phases(self, session: "Session", requests: int, value_size: int,
+                    clients: int) -> tuple[float, float]:
+        """Seconds of the tool's write phase and read phase, `requests`
+        each of value_size bytes over `clients` connections, against the
+        server of session."""
+        raise Unsupported(f"{self.name} has no tool beside it")
 
     def unavailable(self) -> Optional[str]:
         """None when usable here, else the reason."""
@@ -737,10 +759,29 @@ class _RedisStore(Store):
 
 class Redis(Backend):
     name = "redis"
+    label = "redis (redis-py)"
     kinds = frozenset({"casket", "queue", "kv"})
     module = "redis"
     hint = "apt-get install redis-server && pip install redis"
     no_processes = "a server: its writers are client connections, run them as threads"
+    tool_label = "redis-benchmark (C)"
+
+    def tool_unavailable(self) -> Optional[str]:
+        return redis_tool.unavailable()
+
+    def tool_version(self) -> str:
+        return redis_tool.version()
+
+    def tool_phases(self, session: Session, requests: int, value_size: int,
+                    clients: int) -> tuple[float, float]:
+        port = cast(_RedisSession, session).server.port
+        s = _RedisStore(port)
+        try:
+            s.r.flushall()
+        finally:
+            s.close()
+        rates = redis_tool.run(port, requests, value_size, clients)
+        return requests / rates["SET"], requests / rates["GET"]
 
     def unavailable(self) -> Optional[str]:
         import shutil
@@ -921,6 +962,7 @@ class _BdbStore(Store):
 
 class BerkeleyDB(Backend):
     name = "berkeleydb"
+    label = "berkeleydb (Berkeley DB, C library)"
     kinds = frozenset({"casket", "queue", "kv"})
     module = "berkeleydb"
     hint = "apt-get install libdb-dev && pip install berkeleydb"
@@ -929,7 +971,8 @@ class BerkeleyDB(Backend):
 
     def version(self) -> str:
         from berkeleydb import db
-        return ".".join(map(str, db.version()))
+        return (f"Berkeley DB {'.'.join(map(str, db.version()))} (C library, on disk, no "
+                f"server), berkeleydb {super().version()}")
 
     def open(self, directory: str, sync: bool) -> Store:
         return _BdbStore(os.path.join(directory, "bdb"), sync)
@@ -976,6 +1019,7 @@ class Memcached(Backend):
     memcached on loopback.  Keys are at most 250 bytes and values 1 MiB."""
 
     name = "memcached"
+    label = "memcached (memory only)"
     kinds = frozenset({"kv"})
     module = "pymemcache"
     hint = "apt-get install memcached && pip install pymemcache"
@@ -992,6 +1036,16 @@ class Memcached(Backend):
         if not shutil.which("memcached"):
             return "memcached is not installed"
         return super().unavailable()
+
+    def version(self) -> str:
+        """The server's version (`memcached -V` of the executable the
+        session starts), then the client library's."""
+        import subprocess
+
+        out = subprocess.run(["memcached", "-V"], capture_output=True, text=True, timeout=30)
+        words = out.stdout.split()
+        server = words[1] if len(words) > 1 and words[0] == "memcached" else "?"
+        return f"server {server} (memory only), pymemcache {super().version()}"
 
     def session(self, sync: bool) -> Session:
         return _MemcachedSession()
@@ -1211,6 +1265,16 @@ class Null(Backend):
 
 # the peers' modules import this one: imported here, once Store and Backend exist
 from .peers import PEERS  # noqa: E402
+
+# Seed systems that have no component here: name -> (the layer whose
+# experiments they were in, why).  The report lists them beside the backends
+# that stand nearest to them.
+NOT_AVAILABLE: dict[str, tuple[str, str, frozenset[str]]] = {
+    "memcachedb": ("kv", "not packaged in Debian (see bench/README.md, \"The seeds, "
+                   "system by system\"): MemcacheDB is Berkeley DB behind the "
+                   "memcached protocol; the memcached row is memory only, the berkeleydb row "
+                   "is Berkeley DB without a server", frozenset({"memcached", "berkeleydb"})),
+}
 
 BACKENDS: list[Backend] = [Pyqstore(), Native(), TokyoCabinet(), Lmdb(), Sqlite3(), Redis(),
                            BerkeleyDB(), Memcached(), Diskcache(), PersistQueue()] + PEERS

@@ -273,7 +273,7 @@ def perf(threads: int, handles: str, requests: int, value_size: int, sync: bool,
       qstore-bench perf -x 4 --handles shared --sync
     """
     chosen = _pick(backends)
-    bar = _Bar(len(chosen) + 1, "perf")
+    bar = _Bar(len(chosen) + 1 + sum(len({1, threads}) for b in chosen if b.tool_label), "perf")
     try:
         result = ex.perf(chosen, threads, requests, value_size, sync, reps, base, bar, handles)
     finally:
@@ -288,7 +288,7 @@ def perf(threads: int, handles: str, requests: int, value_size: int, sync: bool,
         if synced.startswith("cannot: "):
             notes.append(f"# {r['backend']} {synced}")
             synced = "cannot"
-        rows.append([r["backend"], r["handles"], synced, f"{w['median']:.1f}",
+        rows.append([r["label"], r["handles"], synced, f"{w['median']:.1f}",
                      f"({w['min']:.1f}-{w['max']:.1f})", f"{r['writes_per_s']:,.0f}",
                      f"{rd['median']:.1f}", f"({rd['min']:.1f}-{rd['max']:.1f})",
                      f"{r['reads_per_s']:,.0f}", f"{wu['write_ms']:.1f}/{wu['read_ms']:.1f}"])
@@ -858,7 +858,7 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
                         for r in co["results"]],
         "perf_title": f"{pf['threads']} threads, {pf['requests']} requests of "
                       f"{pf['value_size']} bytes",
-        "perf": [[r["backend"], r["write_ms"]["median"], r["writes_per_s"],
+        "perf": [[r["label"], r["handles"], r["write_ms"]["median"], r["writes_per_s"],
                   r["read_ms"]["median"], r["reads_per_s"]] for r in pf["results"]],
         "tune_title": f"{tu['backend']}, {'synced' if tu['sync'] else 'no sync'}",
         "tune_head": ["writers"] + [f"batch {b}" for b in bs],

@@ -90,6 +90,10 @@ def backend_report(backends: list[bk.Backend], kind: str) -> tuple[list[bk.Backe
             report[b.name] = {"available": True, "version": version}
         else:
             report[b.name] = {"available": False, "reason": why}
+    chosen = {b.name for b in backends}
+    for name, (layer, why, near) in bk.NOT_AVAILABLE.items():
+        if layer == kind and chosen & near:
+            report[name] = {"available": False, "reason": why}
     return usable, report
 
 
@@ -325,6 +329,41 @@ def sync_label(b: bk.Backend, sync: bool) -> str:
     return f"cannot: {b.cannot_sync}" if b.cannot_sync else "yes"
 
 
+def _perf_row(name: str, label: str, handles: str, distinct: int, synced: str,
+              w_times: list[float], r_times: list[float], requests: int) -> dict[str, Any]:
+    """A perf row from the phases' seconds, the first of each a warm-up."""
+    warm = {"write_ms": w_times[0] * 1e3, "read_ms": r_times[0] * 1e3}
+    w, r = _stats(w_times[1:]), _stats(r_times[1:])
+    return {"backend": name, "label": label, "handles": handles,
+            "distinct_handles": distinct, "sync": synced,
+            "write_ms": {k: v * 1e3 for k, v in w.items()},
+            "read_ms": {k: v * 1e3 for k, v in r.items()},
+            "writes_per_s": requests / w["median"],
+            "reads_per_s": requests / r["median"], "warmup": warm}
+
+
+def _tool_rows(b: bk.Backend, session: bk.Session, report: dict[str, Any],
+               clients: list[int], requests: int, value_size: int, synced: str, reps: int,
+               progress: Progress) -> list[dict[str, Any]]:
+    """The backend's tool in another language (redis-benchmark) on the
+    same server, with the same requests and value size, over one connection
+    and over as many as the Python rows' threads: seed 001's language and
+    client comparison.  Its status goes into the report under its label."""
+    name = b.tool_label or ""
+    why = b.tool_unavailable()
+    if why:
+        report[name] = {"available": False, "reason": why}
+        return []
+    report[name] = {"available": True, "version": b.tool_version()}
+    rows = []
+    for c in clients:
+        progress(f"{name} -c {c}")
+        runs = [b.tool_phases(session, requests, value_size, c) for _ in range(reps + 1)]
+        rows.append(_perf_row(name, name, f"-c {c}", c, synced, [w for w, _ in runs],
+                              [r for _, r in runs], requests))
+    return rows
+
+
 def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
          reps: int, base: Optional[str], progress: Progress = _quiet,
          handles: str = "per-thread") -> dict[str, Any]:
@@ -382,14 +421,11 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
                         for s in {id(s): s for s in stores}.values():
                             s.close()
                         shutil.rmtree(d, ignore_errors=True)
-            warm = {"write_ms": w_times.pop(0) * 1e3, "read_ms": r_times.pop(0) * 1e3}
-            w, r = _stats(w_times), _stats(r_times)
-            results.append({"backend": b.name, "handles": handles,
-                            "distinct_handles": distinct, "sync": sync_label(b, sync),
-                            "write_ms": {k: v * 1e3 for k, v in w.items()},
-                            "read_ms": {k: v * 1e3 for k, v in r.items()},
-                            "writes_per_s": requests / w["median"],
-                            "reads_per_s": requests / r["median"], "warmup": warm})
+                results.append(_perf_row(b.name, b.row_label(), handles, distinct,
+                                         sync_label(b, sync), w_times, r_times, requests))
+                if b.tool_label:
+                    results += _tool_rows(b, session, report, sorted({1, threads}), requests,
+                                          value_size, sync_label(b, sync), reps, progress)
     report["null"] = {"available": True, "version": "-"}
     return {"experiment": "perf", "threads": threads, "requests": requests,
             "value_size": value_size, "sync": sync, "handles": handles, "reps": reps, "machine": info,

@@ -1,12 +1,16 @@
 """MySQL (seed 000's "MySQL" row) as MariaDB from Debian, a server the
 benchmark starts on loopback for each experiment (servers_mariadb), driven
-by PyMySQL the way its documentation advises: one connection per thread,
-autocommit for the single puts, and a transaction of multi-row INSERTs
-(cursor.executemany, which PyMySQL folds into INSERT ... VALUES (..),(..)
-statements) for the seed's transaction and for tune's batches.  Tables are
-InnoDB; with --sync innodb_flush_log_at_trx_commit=1 syncs every commit."""
+by mysqlclient (MySQLdb, the C driver over libmariadb that Django and most
+users pick for speed; PyMySQL, pure Python, when mysqlclient is not
+installed, and the version line says which) the way its documentation
+advises: one connection per thread, autocommit for the single puts, and a
+transaction of multi-row INSERTs (cursor.executemany, which both drivers
+fold into INSERT ... VALUES (..),(..) statements) for the seed's
+transaction and for tune's batches.  Tables are InnoDB; with --sync
+innodb_flush_log_at_trx_commit=1 syncs every commit."""
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 from typing import Any, Optional
 
@@ -35,11 +39,28 @@ class _MariaDBSession(bk.Session):
         self.server.stop()
 
 
-def _connect(port: int, database: Optional[str]) -> Any:
-    import pymysql  # type: ignore[import-untyped, unused-ignore]
+# (module, distribution) of each driver, the faster first
+DRIVERS = (("MySQLdb", "mysqlclient"), ("pymysql", "PyMySQL"))
 
-    return pymysql.connect(host="127.0.0.1", port=port, user="root", password="",
-                           database=database, autocommit=True)
+
+def driver() -> tuple[Any, str]:
+    """The driver module and its distribution's name: mysqlclient when it
+    is installed (PyMySQL's pure-Python protocol code costs a MariaDB row
+    several times mysqlclient's per statement), else PyMySQL."""
+    last: Optional[ImportError] = None
+    for module, dist in DRIVERS:
+        try:
+            return importlib.import_module(module), dist
+        except ImportError as e:
+            last = e
+    raise ImportError(f"neither mysqlclient nor PyMySQL is importable ({last})")
+
+
+def _connect(port: int, database: Optional[str]) -> Any:
+    mod, _ = driver()
+    kw = {"database": database} if database else {}
+    return mod.connect(host="127.0.0.1", port=port, user="root", password="",
+                       autocommit=True, **kw)
 
 
 class _MariaDBStore(bk.Store):
@@ -119,11 +140,12 @@ class _MariaDBStore(bk.Store):
 class MySQL(bk.Backend):
     name = "mysql"
     kinds = frozenset({"casket", "queue", "kv"})
-    module = "pymysql"
-    hint = "apt-get install mariadb-server && pip install PyMySQL"
+    hint = ("apt-get install mariadb-server libmariadb-dev pkg-config && "
+            "pip install mysqlclient (or PyMySQL)")
     no_processes = "a server: its writers are client connections, run them as threads"
-    no_shared_handle = ("a PyMySQL connection is not thread-safe (its threadsafety is 1: "
-                        "threads share the module, each needs its own connection)")
+    no_shared_handle = ("a mysqlclient or PyMySQL connection is not thread-safe (their "
+                        "threadsafety is 1: threads share the module, each needs its own "
+                        "connection)")
 
     def unavailable(self) -> Optional[str]:
         for exe in ("mariadbd", "mariadb-install-db"):
@@ -131,11 +153,15 @@ class MySQL(bk.Backend):
                 servers_mariadb.find(exe)
             except RuntimeError as e:
                 return str(e)
-        return super().unavailable()
+        try:
+            driver()
+        except ImportError as e:
+            return str(e)
+        return None
 
     def version(self) -> str:
-        return (f"server {servers_mariadb.version()}, "
-                f"PyMySQL {importlib.metadata.version('PyMySQL')}")
+        _, dist = driver()
+        return f"server {servers_mariadb.version()}, {dist} {importlib.metadata.version(dist)}"
 
     def session(self, sync: bool) -> bk.Session:
         return _MariaDBSession(sync)

@@ -237,6 +237,28 @@ def test_mysql_tune(tmp_path):
 
 
 @needs("mysql")
+def test_mysql_is_driven_by_mysqlclient_when_it_is_installed():
+    """PyMySQL parses the protocol in Python: a MariaDB row driven by it
+    pays that per statement, which mysqlclient (C, libmariadb), the driver
+    MariaDB's Python users pick for speed, does not."""
+    pytest.importorskip("MySQLdb", reason="install: apt-get install libmariadb-dev "
+                        "pkg-config && pip install mysqlclient")
+    from qstore_bench import peers_sql
+
+    b = _backend("mysql")
+    assert " mysqlclient " in b.version() + " ", b.version()
+    with b.session(False) as session:
+        s = b.open("", False, session)
+        try:
+            assert type(s.con).__module__.startswith("MySQLdb")
+            s.put(b"k\x00\xff", b"\x00v\xff")
+            assert s.get(b"k\x00\xff") == b"\x00v\xff"
+        finally:
+            s.close()
+    assert peers_sql.driver()[1] == "mysqlclient"
+
+
+@needs("mysql")
 def test_mysql_server_is_loopback_only_and_leaves_nothing_behind(tmp_path):
     import socket
     import time
