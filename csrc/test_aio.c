@@ -25,14 +25,36 @@ static qs_aio_stat stats(void)
     return st;
 }
 
+/* A new casket in a new directory and a notifier: 0, or -1. */
+typedef struct {
+    tc_tmp t;
+    qs_casket *c;
+    qs_aio *a;
+} fx;
+
+static int fx_open(fx *f)
+{
+    memset(f, 0, sizeof *f);
+    if (tc_tmp_make(&f->t) != 0)
+        return -1;
+    f->c = tc_open(f->t.path, QS_OPEN_NEW, 0, 0, 0, NULL);
+    return f->c && qs_aio_open(&f->a) == 0 ? 0 : -1;
+}
+
+static void fx_close(fx *f)
+{
+    qs_aio_close(f->a);
+    if (f->c)
+        CHECK_RC(qs_close(f->c), 0);
+    tc_tmp_remove(&f->t);
+}
+
 static void local_commit_fires(void)
 {
-    tc_tmp t = {0};
-    REQUIRE(tc_tmp_make(&t) == 0);
-    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, NULL);
-    REQUIRE(c != NULL);
-    qs_aio *a = NULL;
-    REQUIRE_RC(qs_aio_open(&a), 0);
+    fx f;
+    REQUIRE(fx_open(&f) == 0);
+    qs_casket *c = f.c;
+    qs_aio *a = f.a;
     uint64_t id = 0, other = 0, got[4];
     size_t n = 9;
     CHECK_RC(qs_aio_arm(a, c, "a", 1, &id), 0);
@@ -53,21 +75,17 @@ static void local_commit_fires(void)
     CHECK_RC(qs_aio_disarm(a, id), QS_NOTFOUND);   /* collected */
     CHECK_RC(qs_aio_disarm(a, other), 0);
     CHECK(qs_aio_armed(a) == 0 && stats().armed == 0);
-    qs_aio_close(a);
-    CHECK_RC(qs_close(c), 0);
-    tc_tmp_remove(&t);
+    fx_close(&f);
 }
 
 /* Disarmed (armed, or fired and not collected) waiters are gone: a later
  * commit tells nobody. */
 static void disarm_leaves_nothing(void)
 {
-    tc_tmp t = {0};
-    REQUIRE(tc_tmp_make(&t) == 0);
-    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, NULL);
-    REQUIRE(c != NULL);
-    qs_aio *a = NULL;
-    REQUIRE_RC(qs_aio_open(&a), 0);
+    fx f;
+    REQUIRE(fx_open(&f) == 0);
+    qs_casket *c = f.c;
+    qs_aio *a = f.a;
     uint64_t ids[200];
     char name[16];
     for (int i = 0; i < 200; i++) {
@@ -89,9 +107,7 @@ static void disarm_leaves_nothing(void)
         CHECK_RC(qs_queue_put(c, name, (size_t)len, "y", 1, NULL), 0);
     }
     CHECK(!readable(a, 50));
-    qs_aio_close(a);
-    CHECK_RC(qs_close(c), 0);
-    tc_tmp_remove(&t);
+    fx_close(&f);
 }
 
 /* The child opens the casket itself and puts one item once released. */
@@ -113,14 +129,12 @@ static int put_when_released(void *arg, int report_fd, int release_fd)
 
 static void other_process_fires_through_watcher(void)
 {
-    tc_tmp t = {0};
-    REQUIRE(tc_tmp_make(&t) == 0);
-    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, NULL);
-    REQUIRE(c != NULL);
-    qs_aio *a = NULL;
-    REQUIRE_RC(qs_aio_open(&a), 0);
+    fx f;
+    REQUIRE(fx_open(&f) == 0);
+    qs_casket *c = f.c;
+    qs_aio *a = f.a;
     tc_child ch;
-    REQUIRE(tc_child_start(&ch, put_when_released, t.path) == 0);
+    REQUIRE(tc_child_start(&ch, put_when_released, f.t.path) == 0);
     char b;
     CHECK(read(ch.report, &b, 1) == 1);
     uint64_t id = 0, got[2];
@@ -135,9 +149,7 @@ static void other_process_fires_through_watcher(void)
     qs_aio_stat after = stats();
     CHECK(after.fired_watcher == before.fired_watcher + 1);
     CHECK(after.fired_local == before.fired_local);
-    qs_aio_close(a);
-    CHECK_RC(qs_close(c), 0);
-    tc_tmp_remove(&t);
+    fx_close(&f);
 }
 
 static void close_fires_and_stops_watcher(void)
@@ -225,12 +237,10 @@ static int use_inherited(void *arg, int report_fd, int release_fd)
 
 static void notifier_across_fork(void)
 {
-    tc_tmp t = {0};
-    REQUIRE(tc_tmp_make(&t) == 0);
-    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, NULL);
-    REQUIRE(c != NULL);
-    qs_aio *a = NULL;
-    REQUIRE_RC(qs_aio_open(&a), 0);
+    fx f;
+    REQUIRE(fx_open(&f) == 0);
+    qs_casket *c = f.c;
+    qs_aio *a = f.a;
     uint64_t id;
     CHECK_RC(qs_aio_arm(a, c, "a", 1, &id), 0);
     tc_child ch;
@@ -239,9 +249,7 @@ static void notifier_across_fork(void)
     CHECK(qs_aio_armed(a) == 1);    /* the parent's waiter is untouched */
     CHECK_RC(qs_queue_put(c, "a", 1, "x", 1, NULL), 0);
     CHECK(readable(a, 0));
-    qs_aio_close(a);
-    CHECK_RC(qs_close(c), 0);
-    tc_tmp_remove(&t);
+    fx_close(&f);
 }
 
 int main(void)
