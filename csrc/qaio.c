@@ -228,6 +228,25 @@ static void qa_closing(qs_casket *c, void *state);
 static const cs_layer qa_layer = {.wake = qa_closing};
 static char qa_state;           /* the layer keeps nothing per handle */
 
+/* Takes c off the list of handles (reg.mu held); returns whether that
+ * was the last, the watcher told to stop: then the caller joins it (in
+ * *t) once it let go of reg.mu. */
+static int forget_handle(qs_casket *c, pthread_t *t)
+{
+    for (size_t i = 0; i < reg.nh; i++)
+        if (reg.h[i].c == c) {
+            reg.h[i] = reg.h[--reg.nh];
+            break;
+        }
+    if (!reg.running || reg.nh)
+        return 0;
+    reg.stop = 1;
+    reg.running = 0;
+    *t = reg.thread;
+    kick_watcher();
+    return 1;
+}
+
 /* qs_shutdown began on c (c's mutex held, its region still mapped): its
  * waiters fire (their next take returns QS_CLOSED), it leaves the list,
  * and the watcher stops with the last handle. */
@@ -241,18 +260,8 @@ static void qa_closing(qs_casket *c, void *state)
         else
             i++;
     }
-    for (size_t i = 0; i < reg.nh; i++)
-        if (reg.h[i].c == c) {
-            reg.h[i] = reg.h[--reg.nh];
-            break;
-        }
-    int join = reg.running && reg.nh == 0;
-    if (join) {
-        reg.stop = 1;
-        reg.running = 0;
-        kick_watcher();
-    }
-    pthread_t t = reg.thread;
+    pthread_t t;
+    int join = forget_handle(c, &t);
     pthread_mutex_unlock(&reg.mu);
     if (join)
         pthread_join(t, NULL);
@@ -371,11 +380,18 @@ static int do_arm(qs_aio *a, qs_casket *c, const void *name, size_t nlen, uint64
     *id = reg.next_id;
     if (added)
         kick_watcher();     /* a new region to sleep on */
-    /* A shutdown that began before the waiter was listed has fired the
-     * others already (qa_closing): this one fires now, the same way. */
-    if (cs_closing(c))
+    /* A shutdown that began before the waiter was listed may have run
+     * qa_closing already: this waiter fires now, the same way, and the
+     * handle leaves the list (its region is about to go). */
+    pthread_t t;
+    int join = 0;
+    if (cs_closing(c)) {
         fire_at(reg.n - 1, FIRED_CLOSED);
+        join = forget_handle(c, &t);
+    }
     pthread_mutex_unlock(&reg.mu);
+    if (join)
+        pthread_join(t, NULL);
     return 0;
 }
 

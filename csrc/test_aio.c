@@ -7,6 +7,7 @@
  */
 #include "test_common.h"
 #include <poll.h>
+#include <pthread.h>
 
 /* Whether the notifier's descriptor becomes readable within ms. */
 static int readable(qs_aio *a, int ms)
@@ -252,6 +253,44 @@ static void notifier_across_fork(void)
     fx_close(&f);
 }
 
+typedef struct {
+    qs_casket *c;
+    qs_aio *a;
+    int armed;
+} arm_loop;
+
+static void *arm_until_refused(void *arg)
+{
+    arm_loop *l = arg;
+    uint64_t id;
+    while (qs_aio_arm(l->a, l->c, "a", 1, &id) == 0)
+        l->armed++;
+    return NULL;
+}
+
+/* Arms racing a shutdown: however they interleave, once the handle is shut
+ * down no waiter of it stays armed, it is off the list of handles, and the
+ * watcher has stopped (an arm listed after the shutdown's own pass over the
+ * waiters fires and takes the handle off itself). */
+static void arm_racing_shutdown(void)
+{
+    int rounds = tc_small() ? 5 : 40;
+    for (int round = 0; round < rounds; round++) {
+        fx f;
+        REQUIRE(fx_open(&f) == 0);
+        arm_loop l = {f.c, f.a, 0};
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, arm_until_refused, &l) == 0);
+        msleep(round % 4);
+        CHECK_RC(qs_shutdown(f.c), 0);
+        pthread_join(th, NULL);
+        qs_aio_stat st = stats();
+        CHECK(st.armed == 0 && st.handles == 0 && st.watcher == 0);
+        CHECK(qs_aio_armed(f.a) == 0);
+        fx_close(&f);
+    }
+}
+
 int main(void)
 {
     RUN(local_commit_fires);
@@ -260,5 +299,6 @@ int main(void)
     RUN(close_fires_and_stops_watcher);
     RUN(bad_arguments);
     RUN(notifier_across_fork);
+    RUN(arm_racing_shutdown);
     return tc_summary();
 }
