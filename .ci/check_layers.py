@@ -74,6 +74,8 @@ LAYERS = {
     "maint.c": "casket",
     "qres.h": "queue",
     "qres.c": "queue",
+    "qaio.h": "queue",
+    "qaio.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
     "fuzz_open.c": "top",
@@ -99,6 +101,8 @@ PREFIXES = {
     "qs_": "casket",
     "qq_": "queue",
     "qr_": "queue",
+    "qa_": "queue",
+    "qs_aio_": "queue",
     "qs_queue_": "queue",
 }
 

@@ -11,10 +11,13 @@
 /* ---- wake-ups ---------------------------------------------------------------- */
 
 /* The words of our room in the region: QR_BUCKETS wake-up words, then as
- * many counts of their sleepers. */
-_Static_assert(2 * QR_BUCKETS == SH_UP_WORDS, "wake-up words fill the header's room");
+ * many counts of their sleepers (asynchronous waiters included), then the
+ * async generation word and the count of asynchronous waiters (qr_aio_*). */
+_Static_assert(2 * QR_BUCKETS + 2 == SH_UP_WORDS, "wake-up words fill the header's room");
 #define BUCKET(r, b) (&(r)->up_words[(b)])
 #define BWAITERS(r, b) (&(r)->up_words[QR_BUCKETS + (b)])
+#define AIO_GEN(r) (&(r)->up_words[2 * QR_BUCKETS])
+#define AIO_WAITERS(r) (&(r)->up_words[2 * QR_BUCKETS + 1])
 
 uint32_t qr_wait_word(const sh_region *r, uint64_t qhash)
 {
@@ -30,21 +33,55 @@ int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
     return rc;
 }
 
-void qr_wake(sh_region *r, uint64_t qhash)
+/* The word is bumped before the waiter counts are read, and a waiter
+ * counts itself before it reads the word (sequentially consistent both):
+ * so either the wake sees the waiter or the waiter sees the new word. */
+int qr_wake(sh_region *r, uint64_t qhash)
 {
     size_t b = qhash % QR_BUCKETS;
     atomic_fetch_add(BUCKET(r, b), 1);
-    if (atomic_load(BWAITERS(r, b)))
-        sh_futex_wake(BUCKET(r, b), INT_MAX);
+    if (!atomic_load(BWAITERS(r, b)))
+        return 0;
+    sh_futex_wake(BUCKET(r, b), INT_MAX);
+    return 1;
+}
+
+void qr_aio_kick(sh_region *r)
+{
+    if (atomic_load(AIO_WAITERS(r))) {
+        atomic_fetch_add(AIO_GEN(r), 1);
+        sh_futex_wake(AIO_GEN(r), INT_MAX);
+    }
+}
+
+/* qr_wake for the wakes of this file, which have no waiters of their own
+ * process to tell first. */
+static void wake_all_kinds(sh_region *r, uint64_t qhash)
+{
+    if (qr_wake(r, qhash))
+        qr_aio_kick(r);
 }
 
 void qr_wake_all(sh_region *r)
 {
-    for (size_t b = 0; b < QR_BUCKETS; b++) {
-        atomic_fetch_add(BUCKET(r, b), 1);
-        if (atomic_load(BWAITERS(r, b)))
-            sh_futex_wake(BUCKET(r, b), INT_MAX);
-    }
+    for (uint64_t b = 0; b < QR_BUCKETS; b++)
+        wake_all_kinds(r, b);
+}
+
+_Atomic uint32_t *qr_word(sh_region *r, uint64_t qhash) { return BUCKET(r, qhash % QR_BUCKETS); }
+
+_Atomic uint32_t *qr_aio_gen(sh_region *r) { return AIO_GEN(r); }
+
+void qr_aio_enter(sh_region *r, uint64_t qhash)
+{
+    atomic_fetch_add(BWAITERS(r, qhash % QR_BUCKETS), 1);
+    atomic_fetch_add(AIO_WAITERS(r), 1);
+}
+
+void qr_aio_leave(sh_region *r, uint64_t qhash)
+{
+    atomic_fetch_sub(AIO_WAITERS(r), 1);
+    atomic_fetch_sub(BWAITERS(r, qhash % QR_BUCKETS), 1);
 }
 
 /* ---- reservations ---------------------------------------------------------------
@@ -305,7 +342,7 @@ void qr_drop_mine(sh_region *r)
         if (e->id && qr_mine(r, e)) {
             uint64_t k = e->qhash;
             res_delete_at(r, i);
-            qr_wake(r, k);
+            wake_all_kinds(r, k);
             continue;
         }
         i++;

@@ -39,9 +39,33 @@ typedef struct qr_qent {
  * restarted: the caller's caller may have to act on the signal), else 0. */
 uint32_t qr_wait_word(const sh_region *r, uint64_t qhash);
 int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
-void qr_wake(sh_region *r, uint64_t qhash);
+/* Returns whether anyone, in any process, sleeps on the word or waits on
+ * it asynchronously; then the caller tells the asynchronous waiters of its
+ * own process (qaio.c), and those of the others with qr_aio_kick.  With
+ * nobody waiting it costs what it did before the asynchronous waiters
+ * came: one increment and one load. */
+int qr_wake(sh_region *r, uint64_t qhash);
 /* Wakes every sleeper (closing). */
 void qr_wake_all(sh_region *r);
+
+/* ---- asynchronous waiters (qaio.c) ---------------------------------------------
+ * A waiter that does not sleep on its word (an event loop's coroutine)
+ * counts itself with qr_aio_enter, and only then reads its word
+ * (qr_word): a wake that bumped the word before the count was seen is
+ * then seen in the word.  While such waiters exist anywhere, qr_wake also
+ * bumps the region's async generation word (qr_aio_gen) and wakes its
+ * sleepers: the one watcher thread of each process with asynchronous
+ * waiters sleeps there, and on a change compares each of its waiters'
+ * words with the value it remembered.  qr_aio_leave undoes qr_aio_enter
+ * (the waiter was told, or gave up).  A region without a room (no
+ * region) has no words: the callers check r->up_words first. */
+_Atomic uint32_t *qr_word(sh_region *r, uint64_t qhash);
+void qr_aio_enter(sh_region *r, uint64_t qhash);
+void qr_aio_leave(sh_region *r, uint64_t qhash);
+_Atomic uint32_t *qr_aio_gen(sh_region *r);
+/* After a qr_wake that returned 1: bumps the async generation word and
+ * wakes the watchers, if asynchronous waiters exist in any process. */
+void qr_aio_kick(sh_region *r);
 
 /* ---- reservations (all changes holding the write lock) -------------------------- */
 

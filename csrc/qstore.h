@@ -854,6 +854,84 @@ int qs_queue_list(qs_casket *c, qs_items **out);
  *         use it. */
 int qs_queue_records(qs_casket *c, uint64_t *count);
 
+/* ---- asynchronous waiters --------------------------------------------------
+ * For event loops (pyqstore's Queue.get_async): a qs_aio is a file
+ * descriptor that becomes readable when a queue one of its waiters is
+ * armed on may have items; the loop collects the fired waiters and tries
+ * its take again.  No thread per waiter: a commit of this process fires
+ * the process's waiters itself, and one watcher thread per process fires
+ * them for other processes' commits (started by the first qs_aio_arm,
+ * stopped when the last handle a waiter was armed on closes).  Linux
+ * (eventfd, futex_waitv; on kernels before 5.16, or with more than 127
+ * handles armed on, the watcher also looks every 20 ms).  A qs_aio is not
+ * tied to one thread; its calls serialize on the process's registry. */
+typedef struct qs_aio qs_aio;
+
+typedef struct qs_aio_stat {
+    uint64_t armed;             /* waiters armed in this process now */
+    uint64_t fired_local;       /* fired by commits of this process */
+    uint64_t fired_watcher;     /* fired by the watcher (other processes) */
+    uint64_t fired_closed;      /* fired because their casket closed */
+    uint64_t handles;           /* handles a waiter was armed on, not yet closed */
+    int watcher;                /* 1 while the watcher thread runs */
+} qs_aio_stat;
+
+/* Makes a notifier: an eventfd, non-blocking and close-on-exec, with no
+ * waiter.  Release it with qs_aio_close.
+ * @return 0, or QS_INVAL (out NULL), QS_NOMEM, an errno of eventfd
+ *         (EMFILE, ENFILE)
+ * @fail   *out NULL (when out is not NULL). */
+int qs_aio_open(qs_aio **out);
+
+/* The descriptor to watch for reading (the notifier's: qs_aio_close
+ * closes it), -1 for NULL.  Never fails. */
+int qs_aio_fd(const qs_aio *a);
+
+/* Arms a waiter on queue name of casket c.  It fires once, when the
+ * queue's wake-up word moves after this call: a commit of any process
+ * that added items to the queue, a release, an abort that returned items,
+ * a lease end noticed, a holder's death noticed -- or when qs_shutdown
+ * begins on c (the next take then returns QS_CLOSED).  Arm before looking
+ * at the queue (a take with timeout 0), and items committed between the
+ * look and the wait are not missed.  A waiter may fire with nothing for
+ * it (queues share words by a hash of their names; another consumer came
+ * first): look, and arm again.  *id names the waiter (>= 1) for
+ * qs_aio_disarm and qs_aio_fired.
+ * @return 0, or QS_INVAL (a or id NULL, a bad name, c without a region:
+ *         compaction's scratch handle), QS_READONLY (c is read-only: it
+ *         could take nothing), QS_FORKED (also a made before a fork),
+ *         QS_NOMEM, EAGAIN (the watcher thread could not be started),
+ *         HANDLE, STORAGE (c catching up with other handles' commits)
+ * @fail   *id unchanged; nothing armed. */
+int qs_aio_arm(qs_aio *a, qs_casket *c, const void *name, size_t nlen, uint64_t *id);
+
+/* Removes waiter id of a, armed or fired and not yet collected: a waiter
+ * that gave up (cancelled, timed out) leaves nothing behind.
+ * @return 0, or QS_NOTFOUND (no such waiter of a: collected already),
+ *         QS_INVAL (a NULL), QS_FORKED (a made before a fork) */
+int qs_aio_disarm(qs_aio *a, uint64_t id);
+
+/* Collects up to max ids of a's fired waiters into ids, *n how many; once
+ * none is left the descriptor is read empty (not readable until the next
+ * fire).
+ * @return 0, or QS_INVAL (a NULL argument), QS_FORKED (a made before a
+ *         fork)
+ * @fail   *n 0 (when n is not NULL); nothing collected. */
+int qs_aio_fired(qs_aio *a, uint64_t *ids, size_t max, size_t *n);
+
+/* How many waiters of a are armed now (0 for NULL, and in a forked child).
+ * Never fails. */
+size_t qs_aio_armed(const qs_aio *a);
+
+/* The process's counters (for tests and statistics), into *st; NULL is
+ * ignored.  Never fails. */
+void qs_aio_stats(qs_aio_stat *st);
+
+/* Disarms a's waiters, closes its descriptor and frees it; NULL is
+ * ignored.  Collected or not, its fired ids are gone.  In a forked child
+ * it only closes the copy's descriptor and frees. */
+void qs_aio_close(qs_aio *a);
+
 #ifdef __cplusplus
 }
 #endif

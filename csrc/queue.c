@@ -21,6 +21,7 @@
  * guarded by the casket's operation mutex; the region's reservations
  * change only under the write lock. */
 #include "queue.h"
+#include "qaio.h"
 #include "qres.h"
 #include <errno.h>
 #include <math.h>
@@ -284,10 +285,16 @@ static void touch(qs_casket *c, qq_queue *q)
     }
 }
 
-/* Items of q may have become available: wake its readers everywhere. */
+/* Items of q may have become available: wake its readers everywhere, and
+ * tell this process's asynchronous waiters at once rather than through
+ * its watcher thread (qaio.c; first, so the watcher finds them told).
+ * With nobody waiting that is one untaken branch. */
 static void wake(qs_casket *c, qq_queue *q)
 {
-    qr_wake(cs_region(c), q->hash);
+    if (qr_wake(cs_region(c), q->hash)) {
+        qa_notify_local();
+        qr_aio_kick(cs_region(c));
+    }
 }
 
 /* ---- reservations ------------------------------------------------------------ */
@@ -878,6 +885,15 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
             return (int64_t)id;
     }
     return rc < 0 ? rc : -(int64_t)rc;
+}
+
+int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        *hash = hash_bytes(key, (uint32_t)nlen + 1);
+    return rc;
 }
 
 /* ---- publish ------------------------------------------------------------- */

@@ -6,4 +6,10 @@
 #define QS_QUEUE_H
 #include "casket.h"
 
+/* The hash of queue name that chooses its wake-up word (qres.h), for the
+ * asynchronous waiters (qaio.c).  0, or QS_INVAL for a name qs_queue_*
+ * refuses (empty, NULL, longer than QS_MAX_QUEUE_NAME); *hash is then
+ * unchanged. */
+int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash);
+
 #endif

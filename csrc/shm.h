@@ -35,7 +35,7 @@
  * numbers SH_UP_SHAPE_A..C that the layer above checks against its own, are
  * part of the region's format: the header records the shape and an attach
  * refuses a region of another one. */
-#define SH_UP_WORDS 512
+#define SH_UP_WORDS 514
 #define SH_UP_BYTES 2719744u
 #define SH_UP_SHAPE_A 256u
 #define SH_UP_SHAPE_B 65536u

@@ -15,8 +15,9 @@ import struct
 import threading
 from array import array
 from itertools import accumulate, pairwise
-from typing import TYPE_CHECKING, Any, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
 
+from . import _aio, errors
 from ._qstore import ffi, lib
 from .errors import DecodeError, Empty, TooBigError, error_for
 
@@ -609,6 +610,13 @@ class Queue(Generic[T]):
 
     # -------------------------------------------------------------- reserve
 
+    @staticmethod
+    def _lease_arg(lease: Any) -> float:
+        lease_s = seconds_arg(lease, "lease")
+        if not lease_s > 0:
+            raise ValueError("lease must be a positive number of seconds or None")
+        return lease_s
+
     def reserve(self, timeout: Optional[float] = None, lease: Optional[float] = None) -> Item[T]:
         """Reserve the oldest available item (waiting up to timeout seconds,
         None: no limit) and return it as an :class:`Item`.  Until acked or
@@ -616,12 +624,7 @@ class Queue(Generic[T]):
         the front when its lease (seconds) runs out, when this casket handle
         is closed, or after a crash.  Raises Empty at the timeout."""
         t = _timeout_arg(True, timeout)
-        if lease is None:
-            lease_s = 0.0
-        else:
-            lease_s = seconds_arg(lease, "lease")
-            if not lease_s > 0:
-                raise ValueError("lease must be a positive number of seconds or None")
+        lease_s = 0.0 if lease is None else self._lease_arg(lease)
         out = _new("qs_items **")
         k = self._key
         rc = lib.qs_queue_reserve(self._c, k, self._klen, t, lease_s, out)
@@ -642,6 +645,62 @@ class Queue(Generic[T]):
             self._release(ids, token)
             raise
         return Item(self, ids[0], payload, token)
+
+    # -------------------------------------------------------------- asyncio
+    # Each waits without a thread: see pyqstore/_aio.py.  The take itself
+    # is the non-blocking call (get_nowait, reserve(timeout=0)) made in the
+    # loop's thread; like any write it may wait for the write lock while
+    # another thread or process holds it (up to lock_timeout).
+
+    async def get_async(self, timeout: Optional[float] = None) -> T:
+        """``await q.get_async()``: :meth:`get` for asyncio.  Waits up to
+        timeout seconds (None: no limit) for an item without blocking the
+        event loop or taking a thread, then raises :class:`pyqstore.Empty`.
+        Woken by a commit of any process; ClosedError when the casket is
+        closed meanwhile.  Inside a transaction it never waits.
+        Cancellation (``task.cancel()``, ``asyncio.wait_for``) leaves
+        nothing behind and takes nothing."""
+        t = None if timeout is None else _timeout_arg(True, timeout)
+        return await _aio.wait_for_take(self, "get_async", self.get_nowait, (Empty,), t)
+
+    async def reserve_async(self, timeout: Optional[float] = None,
+                            lease: Optional[float] = None) -> Item[T]:
+        """``await q.reserve_async()``: :meth:`reserve` for asyncio, waiting
+        as :meth:`get_async` does."""
+        t = None if timeout is None else _timeout_arg(True, timeout)
+        if lease is not None:
+            self._lease_arg(lease)      # a bad lease fails before any wait
+        return await _aio.wait_for_take(self, "reserve_async", lambda: self.reserve(0, lease), (Empty,), t)
+
+    @overload
+    async def put_async(self: "Queue[bytes]", payload: BytesLike,
+                        timeout: Optional[float] = None) -> int: ...
+
+    @overload
+    async def put_async(self, payload: T, timeout: Optional[float] = None) -> int: ...
+
+    async def put_async(self, payload: Any, timeout: Optional[float] = None) -> int:
+        """``await q.put_async(payload)``: :meth:`put` for asyncio; returns
+        the id.  On a bounded queue that is full it waits, as
+        :meth:`get_async` does, for a commit that frees room (up to
+        timeout seconds, then the queue's Full error); an unbounded queue
+        never waits."""
+        t = None if timeout is None else _timeout_arg(True, timeout)
+        full = getattr(errors, "Full", None)
+        if full is None:        # no bounded queues: a put always has room
+            return self.put(payload)
+        put_nowait = getattr(self, "put_nowait")
+        return await _aio.wait_for_take(self, "put_async", lambda: put_nowait(payload), (full,), t)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        """``async for item in q``: :meth:`get_async` without a timeout,
+        item after item; ends only by the caller (break, cancellation) or
+        with ClosedError when the casket closes."""
+        return self._aiter()
+
+    async def _aiter(self) -> AsyncIterator[T]:
+        while True:
+            yield await self.get_async()
 
     # ---------------------------------------------------------------- upkeep
 
