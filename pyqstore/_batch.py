@@ -187,11 +187,12 @@ def _batch_from(queue: "Queue[T]", out: Any, op: str) -> "Batch[T]":
     from ._queue import Item, _decode_all, _split
 
     token = out[0].token
-    ids, payloads = _split(out[0])
+    ids, raw = _split(out[0])
     codec = queue._codec
+    payloads: list[Any] = raw
     if codec is not None:
         try:
-            payloads = _decode_all(queue, codec, ids, payloads)
+            payloads = _decode_all(queue, codec, ids, raw)
         except BaseException:
             queue._release(ids, token)
             raise

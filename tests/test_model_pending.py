@@ -26,7 +26,7 @@ from typing import Any, Optional
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import pyqstore
 from test_queue_model import small_payloads
@@ -69,6 +69,11 @@ class PendingMachine(RuleBasedStateMachine):
         acts while one is open."""
         return self.txn is None or h == 0
 
+    def actor(self, h: int) -> int:
+        """The handle a rule drawn for h uses: A while A's transaction is
+        open (so that transactions get work done in them)."""
+        return h if self.txn is None else 0
+
     def available(self) -> list[tuple[int, bytes]]:
         return [(i, p) for (i, p) in self.queue if i not in self.owner]
 
@@ -91,16 +96,22 @@ class PendingMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------- rules
 
+    @initialize(payloads=st.lists(small_payloads, min_size=1, max_size=4), n=COUNTS)
+    def start(self, payloads: list[bytes], n: int) -> None:
+        """Items, some of them held by B: something to claim from the
+        start."""
+        for p in payloads:
+            self.put(0, p)
+        self.reserve_many(1, n)
+
     @rule(h=HANDLES, payload=small_payloads)
     def put(self, h: int, payload: bytes) -> None:
-        if not self.usable(h):
-            return
+        h = self.actor(h)
         self.queue.append((self.q[h].put(payload), payload))
 
     @rule(h=HANDLES, n=COUNTS)
     def reserve_many(self, h: int, n: int) -> None:
-        if not self.usable(h):
-            return
+        h = self.actor(h)
         want = self.available()[:n]
         if not want:
             with pytest.raises(pyqstore.Empty):
@@ -112,8 +123,7 @@ class PendingMachine(RuleBasedStateMachine):
 
     @rule(h=HANDLES, n=COUNTS, idle=st.booleans())
     def claim(self, h: int, n: int, idle: bool) -> None:
-        if not self.usable(h):
-            return
+        h = self.actor(h)
         b = self.q[h].claim(min_idle=0 if idle else 3600, n=n)
         if not idle:
             assert len(b) == 0
@@ -129,7 +139,8 @@ class PendingMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.batches)
     @rule(data=st.data(), ack=st.booleans(), whole=st.booleans())
     def end(self, data: st.DataObject, ack: bool, whole: bool) -> None:
-        k = data.draw(st.sampled_from(sorted(self.batches)), label="batch")
+        # newest first: the choice hypothesis favours is the batch just made
+        k = data.draw(st.sampled_from(sorted(self.batches, reverse=True)), label="batch")
         h, b = self.batches[k]
         if not self.usable(h):
             return
@@ -160,10 +171,18 @@ class PendingMachine(RuleBasedStateMachine):
                     "released": set(), "fresh": set()}
 
     @precondition(lambda self: self.txn is not None)
-    @rule()
-    def commit(self) -> None:
-        self.c[0].commit()
-        self.txn = None
+    @rule(abort=st.booleans(), later=st.integers(0, 2))
+    def finish(self, abort: bool, later: int) -> None:
+        """Commit or abort A's transaction -- one time in three (later 2:
+        hypothesis favours 0), so that a transaction holds a few steps."""
+        if later != 2:
+            return
+        if abort:
+            self.c[0].abort()
+            self.model_abort()
+        else:
+            self.c[0].commit()
+            self.txn = None
 
     def model_abort(self) -> None:
         t = self.txn
@@ -172,14 +191,12 @@ class PendingMachine(RuleBasedStateMachine):
         self.queue = t["queue"]
         self.txn = None
 
-    @precondition(lambda self: self.txn is not None)
-    @rule()
-    def abort(self) -> None:
-        self.c[0].abort()
-        self.model_abort()
-
-    @rule()
-    def reopen(self) -> None:
+    @rule(later=st.integers(0, 3))
+    def reopen(self, later: int) -> None:
+        """Close both handles and open them again -- one time in four, as
+        it ends everything the model built up."""
+        if later != 3:
+            return
         for c in self.c:
             c.close()
         if self.txn is not None:    # closing abandons the transaction
@@ -211,8 +228,8 @@ class PendingMachine(RuleBasedStateMachine):
 
 
 PendingMachine.TestCase.settings = settings(
-    max_examples=100,
-    stateful_step_count=40,
+    max_examples=150,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

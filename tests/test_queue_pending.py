@@ -199,6 +199,29 @@ def test_claim_between_handles(path):
         a.close()
 
 
+def test_claim_then_ack_in_transaction(path):
+    """A claimed item acknowledged in the claiming transaction leaves no
+    reservation behind: the holder's entry goes with the item."""
+    a = pyqstore.open(path, "n", sync=False)
+    c = pyqstore.open(path, "w", sync=False)
+    try:
+        qa, qc = a.queue("q"), c.queue("q")
+        qa.put_many([b"1", b"2"])
+        held = qa.reserve_many(2, timeout=0)
+        with c.transaction():
+            got = qc.claim(0, n=1)
+            got.ack()
+        assert [p.id for p in qa.pending()] == [held[1].id]
+        assert len(qa) == 0 and len(qc) == 0
+        with pytest.raises(pyqstore.NotReservedError):
+            held[0].ack()
+        held[1].release()
+        assert qa.get_many(5) == [b"2"]
+    finally:
+        c.close()
+        a.close()
+
+
 HOLDER = r"""
 import sys, pyqstore
 c = pyqstore.open(sys.argv[1], "w", sync=False)
