@@ -6,6 +6,7 @@
  * itself).
  */
 #include "test_common.h"
+#include <fcntl.h>
 #include <math.h>
 
 static qs_casket *open_q(const char *path, int mode, int *rc)
@@ -355,6 +356,57 @@ static void processes(void)
     tc_tmp_remove(&t);
 }
 
+/* A region of the layout before this one (version 3: 40-byte reservation
+ * entries, 2,727,936 bytes), as a live process of that version keeps it:
+ * a header that passes its own checks and byte 0 held shared.  An open
+ * now must refuse it (QS_CORRUPT) rather than read its entries as ours. */
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ p[i]) * 1099511628211ull;
+    return x;
+}
+
+static void old_layout_region_refused(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qput(c, "q", "kept", NULL), 0);
+    qs_close(c);
+    char shm[700];
+    snprintf(shm, sizeof shm, "%s-shm", t.path);
+    int fd = open(shm, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    REQUIRE(fd >= 0);
+    uint8_t h[48] = {0};
+    const uint32_t v3[6] = {3, 128, 256, 65536, 4096, 0};
+    const uint64_t size = 2727936;
+    memcpy(h, "qstshm\0\x01", 8);
+    memcpy(h + 8, v3, sizeof v3);
+    memcpy(h + 32, &size, 8);
+    uint64_t check = fnv(h, 40);
+    memcpy(h + 40, &check, 8);
+    CHECK(ftruncate(fd, (off_t)size) == 0);
+    CHECK(pwrite(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+    struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    REQUIRE(fcntl(fd, F_OFD_SETLK, &fl) == 0);     /* "attached" */
+    qs_casket *d = open_q(t.path, QS_OPEN_WRITE, &rc);
+    CHECK(d == NULL);
+    CHECK_RC(rc, QS_CORRUPT);
+    if (d)
+        qs_close(d);
+    close(fd);      /* the old process left: the next open rebuilds it */
+    d = open_q(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(qlen(d, "q") == 1);
+    CHECK(tc_file_size(shm) == 3776512);
+    qs_close(d);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -363,5 +415,6 @@ int main(void)
     RUN(pending_and_claim_between_handles);
     RUN(claims_race);
     RUN(processes);
+    RUN(old_layout_region_refused);
     return tc_summary();
 }
