@@ -147,36 +147,40 @@ static void seq_close(sh_region *r) { atomic_fetch_add(r->up_seq, 1); }
 
 static void repair_torn(sh_region *r);
 
-/* qr_add for the handle of slot and gen. */
-static int res_add_as(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
-                      uint64_t deadline_ns, uint32_t slot, uint32_t gen)
+/* Adds entry e (its holder named in it); an entry of its (qhash, id) is
+ * replaced in place. */
+static int res_add_as(sh_region *r, const qr_res *e)
 {
-    if (!qr_room(r, 1) || id == 0)
+    if (e->id == 0)
         return QS_FULL;
-    uint64_t k = qkey(qhash);
+    uint64_t k = qkey(e->qhash);
+    size_t i = res_home2(e->id, k);
+    while (RES(r)[i].id && !(RES(r)[i].id == e->id && RES(r)[i].qhash == k))
+        i = (i + 1) & (QR_RES_CAP - 1);
+    int fresh = RES(r)[i].id == 0;
+    if (fresh && !qr_room(r, 1))
+        return QS_FULL;
     qr_qent *q = q_find(r, k);
     seq_open(r);
     if (!q) {
-        size_t i = q_home(k), n;
-        for (n = 0; n < QR_QCAP && QTAB(r)[i].qhash; n++)
-            i = (i + 1) & (QR_QCAP - 1);
+        size_t j = q_home(k), n;
+        for (n = 0; n < QR_QCAP && QTAB(r)[j].qhash; n++)
+            j = (j + 1) & (QR_QCAP - 1);
         if (n == QR_QCAP) {
             seq_close(r);
             return QS_FULL;
         }
-        q = &QTAB(r)[i];
+        q = &QTAB(r)[j];
         *q = (qr_qent){k, 0, 0};
     }
-    size_t i = res_home2(id, k);
-    while (RES(r)[i].id && !(RES(r)[i].id == id && RES(r)[i].qhash == k))
-        i = (i + 1) & (QR_RES_CAP - 1);
-    if (RES(r)[i].id == 0) {
+    if (fresh) {
         q->count++;
         NRES(r)++;
     }
-    RES(r)[i] = (qr_res){id, k, token, deadline_ns, slot, gen};
-    if (deadline_ns && (!q->min_deadline_ns || deadline_ns < q->min_deadline_ns))
-        q->min_deadline_ns = deadline_ns;
+    RES(r)[i] = *e;
+    RES(r)[i].qhash = k;
+    if (e->deadline_ns && (!q->min_deadline_ns || e->deadline_ns < q->min_deadline_ns))
+        q->min_deadline_ns = e->deadline_ns;
     seq_close(r);
     return 0;
 }
@@ -184,7 +188,10 @@ static int res_add_as(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token,
 int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns)
 {
     repair_torn(r);
-    return res_add_as(r, id, qhash, token, deadline_ns, r->slot, r->gen);
+    qr_res e = {.id = id, .qhash = qhash, .token = token, .deadline_ns = deadline_ns,
+                .reserved_ns = sh_now_ns(), .slot = r->slot, .gen = r->gen,
+                .pid = atomic_load(&r->slots[r->slot].pid)};
+    return res_add_as(r, &e);
 }
 
 /* Backward-shift deletion of slot i of a linear-probing table. */
@@ -264,6 +271,39 @@ uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
         }
         if (spins > 100)
             sched_yield();
+    }
+}
+
+/* Copies tried before a listing takes what it saw. */
+#define LIST_TRIES 64
+
+size_t qr_list(const sh_region *r, uint64_t qhash, qr_res *out, size_t cap, int *torn)
+{
+    *torn = 0;
+    if (!r->up_area)
+        return 0;
+    uint64_t k = qkey(qhash);
+    for (unsigned tries = 1;; tries++) {
+        uint32_t s1 = atomic_load(r->up_seq);
+        size_t n = 0;
+        if (!(s1 & 1) || tries >= LIST_TRIES) {
+            for (size_t i = 0; i < QR_RES_CAP; i++) {
+                const qr_res *e = &RES(r)[i];
+                if (e->id && e->qhash == k) {
+                    if (n < cap)
+                        out[n] = *e;
+                    n++;
+                }
+            }
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load(r->up_seq) == s1)
+                return n;
+            if (tries >= LIST_TRIES) {
+                *torn = 1;
+                return n;
+            }
+        }
+        sched_yield();
     }
 }
 
@@ -367,7 +407,7 @@ static void res_repair(sh_region *r)
     for (size_t i = 0; i < n; i++) {
         qr_res e = keep[i];
         if (!qr_find(r, e.qhash, e.id))  /* re-added under its holder's name */
-            res_add_as(r, e.id, e.qhash, e.token, e.deadline_ns, e.slot, e.gen);
+            res_add_as(r, &e);
     }
     free(keep);     /* without memory the reservations are dropped: the
                        items return to their queues, nothing is lost */

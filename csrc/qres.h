@@ -14,13 +14,19 @@
 _Static_assert(QR_BUCKETS == SH_UP_SHAPE_A && QR_RES_CAP == SH_UP_SHAPE_B &&
                QR_QCAP == SH_UP_SHAPE_C, "the region's room has our shape");
 
-/* One reserved queue item.  id 0 marks an empty entry (ids start at 1). */
+/* One reserved queue item.  id 0 marks an empty entry (ids start at 1).
+ * The holder's pid and the time its reservation was shared are there for
+ * the pending list (qs_queue_pending) and claims (qs_queue_claim): the
+ * slot's own pid may belong to a newer handle by the time it is read. */
 typedef struct qr_res {
     uint64_t id;
     uint64_t qhash;             /* hash of the queue key */
     uint64_t token;
     uint64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: no lease */
+    uint64_t reserved_ns;       /* CLOCK_MONOTONIC, when qr_add shared it */
     uint32_t slot, gen;         /* the handle that holds it */
+    uint32_t pid;               /* the holder's process */
+    uint32_t pad;               /* zero */
 } qr_res;
 
 /* Reservations per queue, for exact lengths without a scan. */
@@ -77,7 +83,9 @@ void qr_aio_kick(sh_region *r);
 /* The entry of item id of queue qhash, or NULL.  (An id alone is not
  * enough: a published payload has the same id in each of its queues.) */
 const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id);
-/* Adds one; QS_FULL when the table is full (nothing changed). */
+/* Adds one, held by this handle since now; QS_FULL when the table is full
+ * (nothing changed).  An entry of (qhash, id) there already is taken over
+ * in place, without needing room (a claim). */
 int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns);
 /* Removes the entry of item id of queue qhash if there is one. */
 void qr_del(sh_region *r, uint64_t qhash, uint64_t id);
@@ -93,6 +101,13 @@ uint64_t qr_expire(sh_region *r, uint64_t qhash, int force);
 void qr_drop_mine(sh_region *r);
 /* Whether qr_expire would look for dead holders now. */
 int qr_sweep_due(const sh_region *r);
+
+/* Copies the entries of queue qhash, up to cap of them, into out (in no
+ * particular order) and returns how many the queue has (which may be more
+ * than cap).  Read without the write lock, inside the seqlock: a copy a
+ * change overlapped is taken again, up to a bound, then as it was seen
+ * (*torn set; call again holding the write lock for an exact one). */
+size_t qr_list(const sh_region *r, uint64_t qhash, qr_res *out, size_t cap, int *torn);
 
 /* Whether the entry belongs to this handle. */
 int qr_mine(const sh_region *r, const qr_res *e);

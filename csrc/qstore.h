@@ -630,8 +630,8 @@ int qs_cursor_out(qs_cursor *cur);
  *
  * Reservations (at-least-once delivery): qs_queue_reserve hands out an item
  * without removing it and hides it from every other consumer until it is
- * acknowledged (removed), released, its lease runs out, or this handle is
- * closed.  Reservations live in this handle's memory only: after a crash
+ * acknowledged (removed), released, its lease runs out, this handle is
+ * closed, or another handle claims it (qs_queue_claim).  Reservations live in this handle's memory only: after a crash
  * and reopen every unacknowledged item is back, at the front, in order.
  *
  * Times are seconds: timeout < 0 waits without limit, 0 does not wait.
@@ -824,6 +824,71 @@ int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n,
  *         HANDLE, WRITE (it takes the write lock), STORAGE */
 int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id,
                      uint64_t token);
+
+/* qs_queue_release of n (>= 1) items reserved under one token, ids in
+ * increasing order, in one call.  All or none, as qs_queue_ack_many: every
+ * id is checked first (QS_NOTRESERVED, QS_INVAL for n == 0 or ids not
+ * increasing: nothing released).  Takes effect at once, transaction or
+ * not, as qs_queue_release.
+ * @return 0, or QS_NOTRESERVED, QS_INVAL (also a bad name, ids NULL),
+ *         HANDLE, WRITE, STORAGE */
+int qs_queue_release_many(qs_casket *c, const void *name, size_t nlen, size_t n,
+                          const uint64_t *ids, uint64_t token);
+
+/* One reservation of a queue's item, as qs_queue_pending lists it.  Times
+ * are CLOCK_MONOTONIC nanoseconds (the clock of every process on the
+ * machine: Python's time.monotonic_ns()). */
+typedef struct qs_pending {
+    uint64_t id;                /* the item */
+    uint64_t handle;            /* the holder's handle: its slot in the region
+                                   NAME-shm, and in the high 32 bits the slot's
+                                   generation (unique while the region lives) */
+    uint64_t reserved_ns;       /* when the reservation took effect for every
+                                   handle: the commit of its reserve or claim */
+    uint64_t lease_end_ns;      /* when its lease ends; 0: no lease */
+    uint32_t pid;               /* the holder's process */
+    uint32_t mine;              /* 1 when the calling handle is the holder */
+} qs_pending;
+
+/* The pending list of the queue (Redis's XPENDING): every reservation of
+ * its items that has taken effect (committed), held by any handle in any
+ * process, in id order.  Reservations that the caller's open transaction
+ * made, claimed or ended change the list when it commits.  Leases that
+ * ended and the reservations of holders that died are ended first when the
+ * write lock is free (as qs_queue_len does).  Read without the write lock;
+ * when other handles change the reservations all the time the list is
+ * taken again holding it, if it is free, else it is the last copy read,
+ * which holds no item twice but may miss one whose entry moved meanwhile.
+ * *out is an array of *count entries, the caller's, released with qs_free
+ * (never NULL on success, also for 0 entries); a queue without
+ * reservations, or one that does not exist, has 0.
+ * @return 0, or QS_INVAL (out or count NULL, a bad name), QS_NOMEM, HANDLE
+ * @fail   *out NULL, *count 0 (untouched when one is NULL). */
+int qs_queue_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **out,
+                     size_t *count);
+
+/* Claims reservations that their holders have held too long (Redis's
+ * XAUTOCLAIM): takes up to max (>= 1) items of the queue whose reservation
+ * (as qs_queue_pending lists it, any holder, this handle's other tokens
+ * included) took effect at least min_idle seconds ago, in id order, and
+ * returns them as qs_queue_reserve_many does, reserved under one new token
+ * of this handle with the lease given (0: none).  At its commit the items
+ * pass to the caller: the former holder's ack or release of them returns
+ * QS_NOTRESERVED from then on.  Two claims never get one item (both run
+ * holding the write lock, and the first one's commit gives the item a new
+ * holder and a new reserve time).  Inside a transaction the claim is part
+ * of it: an abort leaves the items with their holders; a release of a
+ * claimed item inside it ends the former holder's reservation too, at once.
+ * The reservations of holders that died are ended (their items return to
+ * the queue, nothing to claim) by the same check as every queue operation,
+ * at most every 100 ms.  Never waits for items.
+ * @return 0, or QS_NOTFOUND (none held that long; *out NULL), QS_RESFULL
+ *         (as qs_queue_reserve), QS_INVAL (out NULL, a bad name, max 0,
+ *         min_idle or lease negative or NaN), QS_NOMEM, HANDLE, WRITE,
+ *         STORAGE (QS_CORRUPT also for a reservation whose item is gone)
+ * @fail   *out NULL (when out is not NULL); nothing claimed. */
+int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, double min_idle,
+                   double lease, qs_items **out);
 
 /* *len = items available to get in the caller's view (reserved ones not
  * counted).  O(1) once the queue has been used through this handle.  A

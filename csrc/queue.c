@@ -44,6 +44,9 @@ static const uint8_t INLINE_PREFIX[1] = {TAG_INLINE};
 #define M_NEW 1u        /* reserved in the open transaction (not yet shared) */
 #define M_ACKED 2u      /* acknowledged in the open transaction (the shared
                            entry goes at commit) */
+#define M_CLAIMED 4u    /* claimed in the open transaction from the holder
+                           of its shared entry, which becomes ours at
+                           commit (counted like a shared reservation) */
 
 typedef struct qq_mark {
     uint64_t id, token;
@@ -457,11 +460,12 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         int back = 0;
         for (size_t i = 0; i < q->nm; i++) {
             qq_mark *m = &q->m[i];
-            if (committed && m->flags == M_NEW) {
-                /* room was checked when it was made (see take_fn) */
+            if (committed && (m->flags == M_NEW || m->flags == M_CLAIMED)) {
+                /* room was checked when it was made (see take_fn); a
+                 * claimed entry is taken over in place */
                 uint64_t dl = isinf(m->deadline) ? 0 : (uint64_t)(m->deadline * 1e9);
                 qr_add(cs_region(c), m->id, q->hash, m->token, dl ? dl : 0);
-            } else if (committed && m->flags == M_ACKED)
+            } else if (committed && (m->flags & M_ACKED) && !(m->flags & M_NEW))
                 qr_del(cs_region(c), q->hash, m->id);
             else if (!committed && (m->flags & M_NEW))
                 back = 1;
@@ -1341,11 +1345,13 @@ typedef struct ack_many_args {
     ack_args one;
     size_t n;
     const uint64_t *ids;
+    cs_write_fn each;       /* ack_fn or release_fn */
 } ack_many_args;
 
-/* Every id is checked before any is acknowledged, so a refusal leaves the
- * caller's transaction as it was (ack_fn's own refusals come only after
- * its checks, which these repeat). */
+/* Every id is checked before any is acknowledged (or released), so a
+ * refusal leaves the caller's transaction as it was (ack_fn's and
+ * release_fn's own refusals come only after their checks, which these
+ * repeat). */
 static int ack_many_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     ack_many_args *a = arg;
@@ -1363,13 +1369,15 @@ static int ack_many_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     for (size_t i = 0; i < a->n && rc == 0; i++) {
         a->one.id = a->ids[i];
-        rc = ack_fn(c, ubt, &a->one);
+        rc = a->each(c, ubt, &a->one);
     }
     return rc;
 }
 
+static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg);
+
 static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, const uint64_t *ids,
-                       uint64_t token)
+                       uint64_t token, cs_write_fn each)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
@@ -1377,7 +1385,7 @@ static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
         rc = QS_INVAL;
     if (rc)
         return rc;
-    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0}, n, ids};
+    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0}, n, ids, each};
     return cs_write(c, ack_many_fn, &a);
 }
 
@@ -1394,6 +1402,8 @@ static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     if (rc)
         return rc;
     if (find_mark(q, a->id, a->token, &mi) == 0) {
+        if (q->m[mi].flags & M_CLAIMED)    /* the holder's entry ends too */
+            qr_del(cs_region(c), q->hash, a->id);
         mark_remove(q, mi);
         recompute_deadline(q);
     } else if ((rc = find_shared(c, q, a->id, a->token)) == 0)
@@ -1460,6 +1470,183 @@ static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remov
     if (rc == 0 && removed)
         *removed = a.removed;
     return rc;
+}
+
+/* ---- pending list and claims ---------------------------------------------
+ * Both read the region's entries of one queue (qr_list): the pending list
+ * without the write lock, a claim holding it. */
+
+static int res_by_id(const void *x, const void *y)
+{
+    uint64_t a = ((const qr_res *)x)->id, b = ((const qr_res *)y)->id;
+    return a < b ? -1 : a > b;
+}
+
+/* The queue's entries, sorted by id, one per id, in a new array *out (the
+ * caller frees it); exact when the caller holds the write lock, and then
+ * *torn is 0. */
+static int list_entries(const sh_region *sh, uint64_t qhash, qr_res **out, size_t *n, int *torn)
+{
+    size_t cap = (size_t)qr_count(sh, qhash, NULL) + 16;
+    for (;;) {
+        qr_res *e = malloc(cap * sizeof *e);
+        if (!e)
+            return QS_NOMEM;
+        size_t got = qr_list(sh, qhash, e, cap, torn);
+        if (got > cap) {        /* grew meanwhile: again, with room */
+            free(e);
+            cap = got + 16;
+            continue;
+        }
+        qsort(e, got, sizeof *e, res_by_id);
+        size_t w = 0;           /* a torn copy may hold an entry twice */
+        for (size_t i = 0; i < got; i++)
+            if (w == 0 || e[w - 1].id != e[i].id)
+                e[w++] = e[i];
+        *out = e;
+        *n = w;
+        return 0;
+    }
+}
+
+typedef struct claim_args {
+    take_args t;
+    double min_idle;
+} claim_args;
+
+static int claim_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    claim_args *a = arg;
+    take_args *t = &a->t;
+    bt_ctx bt = queue_ctx(ubt);
+    sh_region *sh = cs_region(c);
+    qq_queue *q;
+    int rc = lookup_live(c, t->key, t->klen, &q);
+    if (rc)
+        return rc;
+    qr_res *e = NULL;
+    size_t n = 0;
+    int torn;
+    if ((rc = list_entries(sh, q->hash, &e, &n, &torn)) != 0)
+        return rc;
+    uint64_t now = sh_now_ns();
+    for (size_t i = 0; i < n && t->out.n < t->max && rc == 0; i++) {
+        size_t mi;
+        double idle = e[i].reserved_ns < now ? (double)(now - e[i].reserved_ns) * 1e-9 : 0;
+        if (idle < a->min_idle ||
+            find_mark_any(q, e[i].id, &mi) == 0)
+            continue;   /* not idle long enough, or the open transaction's */
+        if (!qr_room(sh, txn_new_marks(q->reg) + 1)) {
+            if (t->out.n == 0)
+                rc = QS_RESFULL;
+            break;
+        }
+        bt_path path;
+        int shared;
+        if ((rc = seek_exact(&bt, t->key, t->klen, e[i].id, &path)) != 0 ||
+            (rc = out_begin(&t->out)) != 0 ||
+            (rc = read_item(&bt, &path, e[i].id, &t->out, &shared)) != 0)
+            break;
+        out_end(&t->out, e[i].id);
+        if (!t->token)
+            t->token = ++q->reg->next_token;
+        double deadline = t->lease > 0 ? cs_now() + t->lease : INFINITY;
+        if ((rc = mark_add(q, e[i].id, t->token, deadline, M_CLAIMED)) != 0)
+            break;
+        touch(c, q);
+    }
+    free(e);
+    if (rc == 0 && t->out.n == 0)
+        rc = QS_NOTFOUND;
+    return rc;
+}
+
+static int do_claim(qs_casket *c, const void *name, size_t nlen, size_t max, double min_idle,
+                    double lease, qs_items **out)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out)
+        return QS_INVAL;
+    *out = NULL;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && (max == 0 || !(min_idle >= 0) || !(lease >= 0)))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    qs_items *it = calloc(1, sizeof *it);
+    if (!it)
+        return QS_NOMEM;
+    claim_args a = {{.key = key, .klen = (uint32_t)nlen + 1, .max = max, .reserve = 1,
+                     .lease = lease},
+                    min_idle};
+    rc = cs_write(c, claim_fn, &a);
+    if (rc) {
+        free(it);
+        out_drop(&a.t.out);
+        return rc;
+    }
+    return out_finish(&a.t.out, a.t.token, it, out);
+}
+
+typedef struct pending_args {
+    uint64_t hash;
+    qr_res *e;
+    size_t n;
+} pending_args;
+
+/* The listing again, holding the write lock: exact. */
+static int pending_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    (void)ubt;
+    pending_args *a = arg;
+    int torn;
+    free(a->e);
+    a->e = NULL;
+    return list_entries(cs_region(c), a->hash, &a->e, &a->n, &torn);
+}
+
+static int do_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **out,
+                      size_t *count)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!out || !count)
+        return QS_INVAL;
+    *out = NULL;
+    *count = 0;
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    uint32_t klen = (uint32_t)nlen + 1;
+    settle(c, key, klen);   /* ended leases and dead holders' items go first */
+    sh_region *sh = cs_region(c);
+    pending_args a = {hash_bytes(key, klen), NULL, 0};
+    int torn;
+    if ((rc = list_entries(sh, a.hash, &a.e, &a.n, &torn)) != 0)
+        return rc;
+    /* Changes kept overlapping the copy: take it exactly under the lock if
+     * it is free, else keep the copy (no entry twice; one that moved
+     * during it may be missing). */
+    if (torn && !cs_readonly(c) && (rc = cs_write_try(c, pending_fn, &a)) != 0 &&
+        rc != QS_LOCKED) {
+        free(a.e);
+        return rc;
+    }
+    qs_pending *p = malloc((a.n ? a.n : 1) * sizeof *p);
+    if (!p) {
+        free(a.e);
+        return QS_NOMEM;
+    }
+    for (size_t i = 0; i < a.n; i++)
+        p[i] = (qs_pending){.id = a.e[i].id,
+                            .handle = (uint64_t)a.e[i].gen << 32 | a.e[i].slot,
+                            .reserved_ns = a.e[i].reserved_ns,
+                            .lease_end_ns = a.e[i].deadline_ns,
+                            .pid = a.e[i].pid,
+                            .mine = (uint32_t)qr_mine(sh, &a.e[i])};
+    free(a.e);
+    *out = p;
+    *count = a.n;
+    return 0;
 }
 
 /* ---- lengths and listing ------------------------------------------------- */
@@ -1616,13 +1803,34 @@ int qs_queue_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, con
                       uint64_t token)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_ack_many(c, name, nlen, n, ids, token));
+    return rc ? rc : cs_return(c, do_ack_many(c, name, nlen, n, ids, token, ack_fn));
 }
 
 int qs_queue_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
 {
     int rc = cs_enter_call(c);
     return rc ? rc : cs_return(c, do_release(c, name, nlen, id, token));
+}
+
+int qs_queue_release_many(qs_casket *c, const void *name, size_t nlen, size_t n,
+                          const uint64_t *ids, uint64_t token)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_ack_many(c, name, nlen, n, ids, token, release_fn));
+}
+
+int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, double min_idle,
+                   double lease, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_claim(c, name, nlen, max, min_idle, lease, out));
+}
+
+int qs_queue_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **out,
+                     size_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_pending(c, name, nlen, out, count));
 }
 
 int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)

@@ -16,6 +16,14 @@
 #include <unistd.h>
 
 #define SH_MAGIC "qstshm\0\x01"
+/* Version 4 (two changes of one release): the layer above's reservation
+ * entries grew from 40 to 56 bytes (the holder's pid and the time it
+ * reserved), so its room is SH_UP_BYTES larger; and two words were added at
+ * the end of up_words, the queue module's asynchronous waiters' (a version-3
+ * process would not bump them and so not wake those waiters).  A version-3
+ * process refuses the region by version and size, and this one refuses a
+ * version-3 region (QS_CORRUPT while it is in use, rebuilt when alone), so
+ * neither reads the other's entries. */
 #define SH_VERSION 4
 #define BYTE_ATTACH 0
 #define BYTE_SLOT 16
@@ -52,16 +60,13 @@ struct sh_header {
 _Static_assert(sizeof(struct sh_header) <= OFF_SLOTS, "header fits its page");
 _Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_UP, "slots fit");
 /* The layout of version 4, which other processes of the same version
- * share: moving a field would need a new SH_VERSION.  (Version 4 added two
- * words at the end of up_words, the queue module's asynchronous waiters':
- * a process of version 3 would not bump them and so not wake those
- * waiters, hence the new number.) */
+ * share: moving a field would need a new SH_VERSION. */
 _Static_assert(offsetof(struct sh_header, up_shape) == 16 &&
                offsetof(struct sh_header, up_seq) == 52 &&
                offsetof(struct sh_header, next_txn) == 80 &&
                offsetof(struct sh_header, up_count) == 120 &&
                offsetof(struct sh_header, up_words) == 124 &&
-               sizeof(struct sh_header) == 2184 && SH_SIZE == 2727936,
+               sizeof(struct sh_header) == 2184 && SH_SIZE == 3776512,
                "region layout of version 4");
 
 uint64_t sh_now_ns(void)

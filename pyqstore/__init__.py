@@ -16,7 +16,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from ._casket import BytesLike, Casket, Snapshot, open
-from ._queue import Item, Queue
+from ._queue import Batch, Item, Pending, Queue
 from .errors import (
     ClosedError,
     CorruptError,
@@ -56,6 +56,8 @@ __all__ = [
     "BytesLike",
     "Queue",
     "Item",
+    "Batch",
+    "Pending",
     "Error",
     "StorageError",
     "Empty",

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterable, Iterato
 
 from . import _aio, errors
 from ._qstore import ffi, lib
+from . import _batch
+from ._batch import Batch, Pending
 from .errors import DecodeError, Empty, TooBigError, error_for
 
 if TYPE_CHECKING:
     from ._casket import Casket
 
-__all__ = ["Queue", "Item", "Codec", "CodecName", "resolve_codec"]
+__all__ = ["Queue", "Item", "Batch", "Pending", "Codec", "CodecName", "resolve_codec"]
 
 T = TypeVar("T")
 
@@ -380,7 +382,10 @@ class Queue(Generic[T]):
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
 
     def _raise(self, rc: int, op: str) -> NoReturn:
-        raise error_for(rc, op, self._casket.path, queue=self.name, handle=self._c)
+        raise self._error(rc, op)
+
+    def _error(self, rc: int, op: str) -> Exception:
+        return error_for(rc, op, self._casket.path, queue=self.name, handle=self._c)
 
     # ------------------------------------------------------------------ put
 
@@ -701,6 +706,46 @@ class Queue(Generic[T]):
     async def _aiter(self) -> AsyncIterator[T]:
         while True:
             yield await self.get_async()
+
+    def reserve_many(self, n: int, timeout: Optional[float] = None,
+                     lease: Optional[float] = None) -> "Batch[T]":
+        """Reserve up to n (>= 1) of the oldest available items in one commit
+        (or in the caller's transaction), under one reservation, waiting as
+        :meth:`reserve` for the first; returns a :class:`Batch` (ack or
+        release it whole, or its items one by one).  Raises Empty at the
+        timeout; inside a transaction it never waits."""
+        return _batch.reserve_many(self, n, timeout, lease)
+
+    def ack_many(self, items: "Iterable[Item[T]]") -> None:
+        """Acknowledge items of one batch (a :class:`Batch`, or some of its
+        items) in one commit, all or none: NotReservedError when one is not
+        reserved under that batch any more; ValueError for items of
+        another queue or another batch, or an item given twice."""
+        _batch.end_many(self, items, True)
+
+    def release_many(self, items: "Iterable[Item[T]]") -> None:
+        """Give items of one batch back in one call, all or none (errors as
+        :meth:`ack_many`)."""
+        _batch.end_many(self, items, False)
+
+    def pending(self) -> "list[Pending]":
+        """The reserved items of this queue, held by any handle in any
+        process, in id order (Redis's XPENDING): a list of :class:`Pending`
+        (id, holder's pid and handle, reserved at, lease end, idle seconds).
+        Reservations made or ended by the caller's open transaction show
+        once it commits."""
+        return _batch.pending(self)
+
+    def claim(self, min_idle: float, n: int = 1, lease: Optional[float] = None) -> "Batch[T]":
+        """Take over up to n items whose reservation has been held for at
+        least min_idle seconds, by any handle in any process (Redis's
+        XAUTOCLAIM): returned as a :class:`Batch` reserved by this handle
+        (empty when none qualifies), in one commit or in the caller's
+        transaction.  From then on the former holder's ack or release of
+        them raises NotReservedError.  Items of holders that died come back
+        to the queue by themselves (within about 100 ms), not through a
+        claim."""
+        return _batch.claim(self, min_idle, n, lease)
 
     # ---------------------------------------------------------------- upkeep
 
