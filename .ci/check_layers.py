@@ -76,6 +76,8 @@ LAYERS = {
     "qres.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
+    "qorder.h": "queue",
+    "qorder.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "test_*.c": "top",
@@ -98,6 +100,7 @@ PREFIXES = {
     "qs_": "casket",
     "qq_": "queue",
     "qr_": "queue",
+    "qo_": "queue",
     "qs_queue_": "queue",
 }
 

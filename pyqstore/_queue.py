@@ -287,6 +287,34 @@ def seconds_arg(x: Any, what: str) -> float:
     return float(x)
 
 
+MAX_PRIORITY = 9
+
+
+def _delay_arg(delay: Any) -> float:
+    """A delay in seconds: None or a finite number >= 0 (TypeError for a
+    str or a bool, ValueError for a negative, NaN or infinite one)."""
+    if delay is None:
+        return 0.0
+    d = seconds_arg(delay, "delay")
+    if not 0 <= d < float("inf"):
+        raise ValueError(f"delay must be a finite number of seconds >= 0, not {delay!r}")
+    return d
+
+
+def _priority_arg(priority: Any) -> int:
+    """A priority: an int 0..9 (TypeError for 1.0, "1" or True)."""
+    if isinstance(priority, bool):
+        raise TypeError("priority must be an int 0..9, not bool")
+    try:
+        p = operator.index(priority)
+    except TypeError:
+        raise TypeError(f"priority must be an int 0..9, not {type(priority).__name__}") from None
+    if not 0 <= p <= MAX_PRIORITY:
+        raise ValueError(f"priority must be 0..{MAX_PRIORITY}, not {p}")
+    i: int = p
+    return i
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
@@ -320,11 +348,19 @@ class Item(Generic[T]):
         if rc:
             raise error_for(rc, "ack", q._casket.path, queue=q.name, handle=q._c)
 
-    def release(self) -> None:
+    def release(self, delay: Optional[float] = None) -> None:
         """Give the item back: it is available again at its place at the
-        front of the queue.  NotReservedError when the reservation is over."""
+        front of the queue -- at once, or after ``delay`` seconds (nack with
+        delay: until then it is a delayed item, see :meth:`Queue.put`).
+        NotReservedError when the reservation is over; TypeError or
+        ValueError for a delay that is not a finite number >= 0 (nothing
+        released)."""
         q = self.queue
-        rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
+        d = _delay_arg(delay)
+        if d:
+            rc = lib.qs_queue_release_delay(q._c, q._key, q._klen, self.id, self._token, d)
+        else:
+            rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
         if rc:
             raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
 
@@ -384,32 +420,46 @@ class Queue(Generic[T]):
     # ------------------------------------------------------------------ put
 
     @overload
-    def put(self: "Queue[bytes]", payload: BytesLike) -> int: ...
+    def put(self: "Queue[bytes]", payload: BytesLike, *, delay: Optional[float] = None,
+            priority: int = 0) -> int: ...
 
     @overload
-    def put(self, payload: T) -> int: ...
+    def put(self, payload: T, *, delay: Optional[float] = None, priority: int = 0) -> int: ...
 
-    def put(self, payload: Any) -> int:
-        """Append one item; returns its id."""
+    def put(self, payload: Any, *, delay: Optional[float] = None, priority: int = 0) -> int:
+        """Append one item; returns its id.
+
+        ``priority`` (an int 0..9, 0 by default): get and reserve take the
+        highest first, oldest first within one.  ``delay`` (seconds, None
+        or 0: none): the item stays invisible to get, reserve and peek until
+        then (it counts in ``len()`` and :meth:`delayed`), then is available
+        at its id.  TypeError or ValueError name a bad one; nothing is
+        stored."""
         codec = self._codec
         if codec is None:
             b = payload if type(payload) is bytes else _raw_payload(payload)
         else:
             b = _encoded(codec, payload)
+        if delay is not None or priority != 0:
+            return self._put_order([b], delay, priority, "put")
         r: int = _qs_put_id(self._q, b, len(b))
         if r < 0:
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
 
     @overload
-    def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike]) -> int: ...
+    def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike], *,
+                 delay: Optional[float] = None, priority: int = 0) -> int: ...
 
     @overload
-    def put_many(self, payloads: Iterable[T]) -> int: ...
+    def put_many(self, payloads: Iterable[T], *, delay: Optional[float] = None,
+                 priority: int = 0) -> int: ...
 
-    def put_many(self, payloads: Iterable[Any]) -> int:
+    def put_many(self, payloads: Iterable[Any], *, delay: Optional[float] = None,
+                 priority: int = 0) -> int:
         """Append every payload of the iterable in one call (one transaction
-        unless inside the caller's); returns how many."""
+        unless inside the caller's); returns how many.  ``delay`` and
+        ``priority`` as :meth:`put`, for every item."""
         if isinstance(payloads, (str, bytes, bytearray, memoryview)):
             # iterating would store one item per character (or per int)
             raise TypeError(f"put_many takes an iterable of payloads, not one "
@@ -422,6 +472,9 @@ class Queue(Generic[T]):
         else:
             items = list(payloads)
         n = len(items)
+        if delay is not None or priority != 0:
+            self._put_order([_raw_payload(p) for p in items], delay, priority, "put_many")
+            return n
         if n == 0:
             return 0
         k = self._key
@@ -440,6 +493,28 @@ class Queue(Generic[T]):
         if rc:
             self._raise(rc, "put_many")
         return n
+
+    def _put_order(self, payloads: list[bytes], delay: Any, priority: Any, op: str) -> int:
+        """Stores payloads with a delay and a priority (qs_queue_put_order);
+        the first id, or 0 for none."""
+        d = _delay_arg(delay)
+        p = _priority_arg(priority)
+        if not payloads:
+            return 0
+        data, lens = _pack(payloads)
+        out = _new("uint64_t *")
+        rc = lib.qs_queue_put_order(self._c, self._key, self._klen, len(payloads), data,
+                                    len(data), ffi.from_buffer("uint32_t[]", lens), d, p, out)
+        if rc:
+            self._raise(rc, op)
+        return int(out[0])
+
+    def delayed(self) -> int:
+        """How many of the queue's items are delayed (put or released with
+        a delay whose time has not come, or come but not yet moved into
+        the queue by a get or reserve).  They are counted by ``len()``
+        too."""
+        return self._count_call(lib.qs_queue_delayed, "delayed")
 
     # ------------------------------------------------------------------ get
 
@@ -654,7 +729,8 @@ class Queue(Generic[T]):
         return int(out[0])
 
     def __len__(self) -> int:
-        """Items available to get (reserved ones not counted).  O(1)."""
+        """Items available to get (reserved ones not counted, delayed ones
+        counted: see :meth:`delayed`).  O(1)."""
         return self._count_call(lib.qs_queue_len, "len")
 
     def __bool__(self) -> bool:
