@@ -68,6 +68,15 @@ def test_priority_order_across_get_reserve_peek(casket):
     assert len(q) == 0
 
 
+def test_none_is_the_default(casket):
+    q = casket.queue("jobs")
+    q.put(b"a", delay=None, priority=None)
+    q.put(b"b", priority=1)
+    q.put_many([b"c"], delay=None, priority=None)
+    assert q.delayed() == 0
+    assert drain(q) == [b"b", b"a", b"c"]
+
+
 def test_ack_of_priority_item_and_clear(casket):
     q = casket.queue("jobs")
     q.put(b"a", priority=2)
@@ -291,7 +300,7 @@ def test_bad_delay(casket, delay, exc, words):
     (1.0, TypeError, "priority must be an int 0..9, not float"),
     ("1", TypeError, "priority must be an int 0..9, not str"),
     (True, TypeError, "priority must be an int 0..9, not bool"),
-    (None, TypeError, "priority must be an int 0..9, not NoneType"),
+    (2.5, TypeError, "priority must be an int 0..9, not float"),
 ])
 def test_bad_priority(casket, priority, exc, words):
     q = casket.queue("bad")
