@@ -267,3 +267,92 @@ uint64_t qo_due(uint64_t now_ns, double delay)
         return last;
     return now_ns + (uint64_t)ns;
 }
+
+/* ---- names ------------------------------------------------------------- */
+
+/* the order of queue.c's "q" + name keys */
+int qo_name_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+    int d = memcmp(a, b, al < bl ? al : bl);
+    return d ? d : (al > bl) - (al < bl);
+}
+
+/* Adds name to the sorted, distinct list unless it is there. */
+static int names_add(qo_names *l, const uint8_t *name, uint32_t nlen)
+{
+    size_t lo = 0, hi = l->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int d = qo_name_cmp(l->at[mid].p, l->at[mid].len, name, nlen);
+        if (d == 0)
+            return 0;
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 8;
+        qo_name *na = realloc(l->at, ncap * sizeof *na);
+        if (!na)
+            return QS_NOMEM;
+        l->at = na;
+        l->cap = ncap;
+    }
+    uint8_t *copy = malloc(nlen ? nlen : 1);
+    if (!copy)
+        return QS_NOMEM;
+    memcpy(copy, name, nlen);
+    memmove(l->at + lo + 1, l->at + lo, (l->n - lo) * sizeof *l->at);
+    l->at[lo] = (qo_name){copy, nlen};
+    l->n++;
+    return 0;
+}
+
+/* Every name with records of one kind, each once: a seek per name. */
+static int names_of_kind(bt_ctx *bt, uint8_t kind, qo_names *l)
+{
+    uint8_t probe[QO_KEY_MAX];
+    bt_key pk = {probe, 1, 0};
+    bt_buf k = {0};
+    bt_path path;
+    int rc;
+    probe[0] = kind;
+    while ((rc = bt_seek_ge(bt, &pk, &path)) == 0 &&
+           (rc = read_rec(bt, &path, &k, NULL, NULL)) == 0) {
+        if (k.len < 4 || k.data[0] != kind)
+            break;
+        uint32_t nlen = (uint32_t)k.data[1] << 8 | k.data[2];
+        if (nlen == 0 || k.len < 3 + nlen || nlen > QS_MAX_QUEUE_NAME) {
+            rc = QS_CORRUPT;
+            break;
+        }
+        if ((rc = names_add(l, k.data + 3, nlen)) != 0)
+            break;
+        /* past every record of this name: its prefix, then 0xff */
+        memcpy(probe, k.data, 3 + nlen);
+        probe[3 + nlen] = 0xff;
+        pk = (bt_key){probe, 4 + nlen, UINT64_MAX};
+    }
+    free(k.data);
+    return rc == QS_NOTFOUND ? 0 : rc;
+}
+
+int qo_names_get(bt_ctx *bt, qo_names *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = names_of_kind(bt, KEY_PRIO, l);
+    if (rc == 0)
+        rc = names_of_kind(bt, KEY_DELAY, l);
+    if (rc)
+        qo_names_free(l);
+    return rc;
+}
+
+void qo_names_free(qo_names *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->at[i].p);
+    free(l->at);
+    memset(l, 0, sizeof *l);
+}

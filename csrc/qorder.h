@@ -99,6 +99,23 @@ int qo_delay_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, 
 int qo_clear_delayed(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s,
                      uint64_t *removed);
 
+/* Names of the queues that hold priority or delayed items, sorted
+ * (qo_name_cmp) and distinct; the caller frees them with qo_names_free. */
+typedef struct qo_name {
+    uint8_t *p;
+    uint32_t len;
+} qo_name;
+typedef struct qo_names {
+    qo_name *at;
+    size_t n, cap;
+} qo_names;
+/* @fail *l empty (nothing to free). */
+int qo_names_get(bt_ctx *bt, qo_names *l);
+void qo_names_free(qo_names *l);
+
+/* Name order (bytes, a name before any longer one it begins): <0, 0, >0. */
+int qo_name_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl);
+
 /* The wall clock delays are measured on, ns since the epoch
  * (CLOCK_REALTIME, or the time qs_test_set_clock set). */
 uint64_t qo_now_ns(void);

@@ -1646,6 +1646,26 @@ static int do_delayed(qs_casket *c, const void *name, size_t nlen, uint64_t *cou
     return rc;
 }
 
+/* Appends queue name's entry to a listing: its name and length; *qout
+ * (may be NULL) gets its registry entry. */
+static int list_one(qs_casket *c, outbuf *o, const uint8_t *name, uint32_t nlen, int wview,
+                    qq_queue **qout)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    qq_queue *q;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = lookup_live(c, key, nlen + 1, &q);
+    if (rc || (rc = out_begin(o)) != 0 || (rc = bt_buf_reserve(&o->data, nlen)) != 0)
+        return rc;
+    memcpy(o->data.data + o->data.len, name, nlen);
+    o->data.len += nlen;
+    out_end(o, available(c, q, wview));
+    if (qout)
+        *qout = q;
+    return 0;
+}
+
 static int do_list(qs_casket *c, qs_items **out)
 {
     if (!out)
@@ -1660,23 +1680,38 @@ static int do_list(qs_casket *c, qs_items **out)
     uint8_t first = KEY_QUEUE;
     bt_key pk = {&first, 1, 0};
     bt_path path;
-    while ((rc = bt_seek_ge(&bt, &pk, &path)) == 0) {
+    /* queues holding only priority or delayed items have no "q" run:
+     * their names are merged in, in order */
+    qo_names extra;
+    size_t ei = 0;
+    if ((rc = qo_names_get(&bt, &extra)) == 0)
+        rc = bt_seek_ge(&bt, &pk, &path);
+    while (rc == 0 || (rc == QS_NOTFOUND && ei < extra.n)) {
         k.len = 0;
-        if ((rc = bt_read(&bt, &path, &k, NULL, 0, NULL)) != 0)
+        if (rc == 0 && (rc = bt_read(&bt, &path, &k, NULL, 0, NULL)) != 0)
             break;
-        if (k.len < 2 || k.data[0] != KEY_QUEUE)
+        int more = rc == 0 && k.len >= 2 && k.data[0] == KEY_QUEUE;
+        if (!more && ei == extra.n)
             break;
+        if (!more || (ei < extra.n && qo_name_cmp(extra.at[ei].p, extra.at[ei].len, k.data + 1,
+                                                  k.len - 1) < 0)) {
+            rc = list_one(c, &o, extra.at[ei].p, extra.at[ei].len, bt.wview, NULL);
+            ei++;
+            if (rc == 0)
+                rc = bt_seek_ge(&bt, &pk, &path);
+            continue;
+        }
+        if (ei < extra.n &&
+            qo_name_cmp(extra.at[ei].p, extra.at[ei].len, k.data + 1, k.len - 1) == 0)
+            ei++;
         qq_queue *q;
-        if ((rc = lookup_live(c, k.data, (uint32_t)k.len, &q)) != 0)
+        if ((rc = list_one(c, &o, k.data + 1, (uint32_t)k.len - 1, bt.wview, &q)) != 0)
             break;
-        if ((rc = out_begin(&o)) != 0 || (rc = bt_buf_reserve(&o.data, k.len - 1)) != 0)
-            break;
-        memcpy(o.data.data + o.data.len, k.data + 1, k.len - 1);
-        o.data.len += k.len - 1;
-        out_end(&o, available(c, q, bt.wview));
         /* the next queue: the first record after every one of this key */
         pk = (bt_key){q->key, q->klen, UINT64_MAX};
+        rc = bt_seek_ge(&bt, &pk, &path);
     }
+    qo_names_free(&extra);
     free(k.data);
     cs_read_leave(c, &bt);
     if (rc == QS_NOTFOUND)

@@ -403,3 +403,13 @@ def test_delayed_items_survive_sigkill(path, clock):
         assert q.get_many(5) == []
         clock.set(real + 2010)
         assert q.get_many(5) == [b"plain"]
+
+
+def test_listing_names_queues_with_only_delayed_or_priority_items(casket):
+    casket.queue("b-delayed").put(b"x", delay=100)
+    casket.queue("a-prio").put_many([b"x", b"y"], priority=3)
+    casket.queue("c-plain").put(b"x")
+    casket.queue("c-plain").put(b"y", priority=1)
+    casket.queue("ab").put(b"z", delay=5, priority=9)
+    assert casket.queues() == ["a-prio", "ab", "b-delayed", "c-plain"]
+    assert casket.queue_lengths() == {"a-prio": 2, "ab": 1, "b-delayed": 1, "c-plain": 2}
