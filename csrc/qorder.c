@@ -356,3 +356,137 @@ void qo_names_free(qo_names *l)
     free(l->at);
     memset(l, 0, sizeof *l);
 }
+
+/* ---- scans in id order --------------------------------------------------- */
+
+/* One run's position: its key and the record (id) the scan is at. */
+typedef struct scan_run {
+    uint8_t key[QO_KEY_MAX];
+    uint32_t klen;
+    int live;
+    uint64_t id;
+    bt_path path;
+} scan_run;
+
+typedef struct scan_delayed {
+    uint64_t id, due;
+    uint8_t run;
+} scan_delayed;
+
+struct qo_scan {
+    const uint8_t *qkey;
+    uint32_t qklen;
+    scan_run run[QO_MAIN + 1];
+    scan_delayed *dl;
+    size_t ndl, di;
+};
+
+/* r's record at its path, if it is one of r's: live and its id. */
+static int run_head(bt_ctx *bt, scan_run *r, int rc)
+{
+    int eq = 0;
+    if (rc == 0)
+        rc = bt_item(bt, &r->path, r->key, r->klen, &eq, &r->id, NULL);
+    r->live = rc == 0 && eq;
+    return rc == QS_NOTFOUND ? 0 : rc;
+}
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const scan_delayed *)a)->id, y = ((const scan_delayed *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* The delayed items of the queue with ids above after, sorted by id: the
+ * index is in due order, so all of it is read. */
+static int scan_collect_delayed(bt_ctx *bt, qo_scan *s, uint64_t after)
+{
+    uint8_t p[QO_KEY_MAX];
+    uint32_t n = prefix(KEY_DELAY, s->qkey, s->qklen, p);
+    bt_key pk = {p, n, 0};
+    bt_buf k = {0};
+    bt_path path;
+    size_t cap = 0;
+    uint64_t id;
+    int rc = bt_seek_ge(bt, &pk, &path);
+    while (rc == 0 && (rc = read_rec(bt, &path, &k, NULL, &id)) == 0) {
+        if (k.len != n + 9 || memcmp(k.data, p, n) != 0)
+            break;
+        if (id > after) {
+            if (s->ndl == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                scan_delayed *nd = realloc(s->dl, ncap * sizeof *nd);
+                if (!nd) {
+                    rc = QS_NOMEM;
+                    break;
+                }
+                s->dl = nd;
+                cap = ncap;
+            }
+            s->dl[s->ndl++] = (scan_delayed){id, be64_get(k.data + n), k.data[n + 8]};
+        }
+        rc = bt_next(bt, &path);
+    }
+    free(k.data);
+    if (rc == 0 || rc == QS_NOTFOUND)
+        qsort(s->dl, s->ndl, sizeof *s->dl, by_id);
+    return rc == QS_NOTFOUND ? 0 : rc;
+}
+
+int qo_scan_begin(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state *st,
+                  uint64_t after, qo_scan **out)
+{
+    qo_scan *s = calloc(1, sizeof *s);
+    if (!s)
+        return QS_NOMEM;
+    s->qkey = qkey;
+    s->qklen = qklen;
+    int rc = 0;
+    for (int r = 0; r <= QO_MAIN && rc == 0; r++) {
+        scan_run *sr = &s->run[r];
+        if (r != QO_MAIN && !st->cprio)
+            continue;
+        sr->klen = qo_run_key(qkey, qklen, r, sr->key);
+        bt_key pk = {sr->key, sr->klen, after + 1};
+        rc = run_head(bt, sr, bt_seek_ge(bt, &pk, &sr->path));
+    }
+    if (rc == 0 && st->cdelay)
+        rc = scan_collect_delayed(bt, s, after);
+    if (rc) {
+        qo_scan_end(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int qo_scan_next(bt_ctx *bt, qo_scan *s, bt_path *path, uint64_t *id)
+{
+    int best = -1;
+    for (int r = 0; r <= QO_MAIN; r++)
+        if (s->run[r].live && (best < 0 || s->run[r].id < s->run[best].id))
+            best = r;
+    if (s->di < s->ndl && (best < 0 || s->dl[s->di].id < s->run[best].id)) {
+        const scan_delayed *d = &s->dl[s->di++];
+        uint8_t dk[QO_KEY_MAX];
+        int found;
+        int rc = seek_item(bt, dk, qo_delay_key(s->qkey, s->qklen, d->due, d->run, dk), d->id,
+                           path, &found);
+        *id = d->id;
+        return rc ? rc : found ? 0 : QS_CORRUPT;
+    }
+    if (best < 0)
+        return QS_NOTFOUND;
+    scan_run *sr = &s->run[best];
+    *path = sr->path;
+    *id = sr->id;
+    return run_head(bt, sr, bt_next(bt, &sr->path));
+}
+
+void qo_scan_end(qo_scan *s)
+{
+    if (s) {
+        free(s->dl);
+        free(s);
+    }
+}

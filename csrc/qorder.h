@@ -116,6 +116,17 @@ void qo_names_free(qo_names *l);
 /* Name order (bytes, a name before any longer one it begins): <0, 0, >0. */
 int qo_name_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl);
 
+/* A read of every item of a queue in id order, whatever its run, delayed
+ * ones included (the delayed index is read whole at the start).  st: the
+ * queue's committed counts in bt's view (qo_count).  qo_scan_next
+ * positions path on the record of the next item, *id its id (QS_NOTFOUND:
+ * no more).  bt must not change meanwhile. */
+typedef struct qo_scan qo_scan;
+int qo_scan_begin(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state *st,
+                  uint64_t after, qo_scan **out);
+int qo_scan_next(bt_ctx *bt, qo_scan *s, bt_path *path, uint64_t *id);
+void qo_scan_end(qo_scan *s);
+
 /* The wall clock delays are measured on, ns since the epoch
  * (CLOCK_REALTIME, or the time qs_test_set_clock set). */
 uint64_t qo_now_ns(void);

@@ -788,7 +788,11 @@ int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
  * a snapshot (qs_snapshot_open) all calls see one commit; elsewhere each
  * call sees the newest, so an iteration never yields an item twice or out
  * of order, yields every item that stayed in the queue throughout, and
- * may or may not yield items added or consumed meanwhile.
+ * may or may not yield items added or consumed meanwhile.  Items of every
+ * priority and delayed ones are included, all in id order ("Priorities
+ * and delays"; the items carry neither their priority nor their due time
+ * here).  A queue that holds priority or delayed items costs two rank
+ * descents and a read of its whole delayed index more per call.
  * @return 0, or QS_INVAL (out NULL, a bad name, max 0, after UINT64_MAX),
  *         HANDLE, STORAGE, SNAPSHOT, DEFERRED; never QS_NOTFOUND
  * @fail   *out NULL (when out is not NULL). */

@@ -1338,6 +1338,27 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
     return out_read(&o, rc, out);
 }
 
+/* do_scan's read of a queue that has priority or delayed items: every
+ * run merged in id order (qorder.c). */
+static int scan_ordered(bt_ctx *bt, const uint8_t *key, uint32_t klen, const qo_state *st,
+                        uint64_t after, size_t max, size_t max_bytes, outbuf *o)
+{
+    qo_scan *sc;
+    bt_path path;
+    uint64_t id;
+    int shared, rc = qo_scan_begin(bt, key, klen, st, after, &sc);
+    if (rc)
+        return rc;
+    while (o->n < max && (o->n == 0 || o->data.len < max_bytes) &&
+           (rc = qo_scan_next(bt, sc, &path, &id)) == 0) {
+        if ((rc = out_begin(o)) != 0 || (rc = read_item(bt, &path, id, o, &shared)) != 0)
+            break;
+        out_end(o, id);
+    }
+    qo_scan_end(sc);
+    return rc == QS_NOTFOUND ? 0 : rc;
+}
+
 /* Items of the queue after id `after`, reserved or not, up to max items and
  * (after the first) about max_bytes of payload: an iteration that does not
  * consume and needs no registry (a snapshot's view does not move, other
@@ -1359,9 +1380,17 @@ static int do_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, 
     if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
         return rc;
     outbuf o = {0};
+    qo_state st;
+    uint64_t extra;
+    if ((rc = qo_count(&bt, key, klen, &st, &extra)) == 0 && extra) {
+        rc = scan_ordered(&bt, key, klen, &st, after, max, max_bytes, &o);
+        cs_read_leave(c, &bt);
+        return out_read(&o, rc, out);
+    }
     bt_path path;
     bt_key pk = {key, klen, after + 1};
-    rc = bt_seek_ge(&bt, &pk, &path);
+    if (rc == 0)
+        rc = bt_seek_ge(&bt, &pk, &path);
     while (rc == 0 && o.n < max && (o.n == 0 || o.data.len < max_bytes)) {
         int eq, shared;
         uint64_t id;

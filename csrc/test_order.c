@@ -5,7 +5,8 @@
  * releases on a fixed test clock (qs_queue_test_clock), their counts in
  * len and qs_queue_delayed, transactions, reopen, bad arguments (state
  * unchanged), a reserved priority item at the tree's very end, many items
- * over every priority across leaf splits, a blocked get woken by a due
+ * over every priority across leaf splits, scans over every run in id
+ * order, a blocked get woken by a due
  * time on the real clock, and a SIGKILLed writer whose delayed items
  * come back with their due times.
  */
@@ -290,6 +291,50 @@ static void many(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_scan reads every run and the delayed index, merged in id
+ * order, and goes on after any id. */
+static void scan_all_runs(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_queue_test_clock(T0);
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    enum { N = 600 };
+    uint64_t ids[N];
+    char v[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(v, sizeof v, "v%d", i);
+        CHECK_RC(put_o(c, "q", v, i % 4 == 0 ? (double)(N - i) : 0, i % 3 ? i % 10 : 0, &ids[i]),
+                 0);
+    }
+    uint64_t after = 0;
+    size_t seen = 0;
+    int ok = 1;
+    for (;;) {
+        qs_items *it = NULL;
+        REQUIRE_RC(qs_queue_scan(c, "q", 1, after, 7, 1 << 20, &it), 0);
+        if (it->count == 0) {
+            qs_items_free(it);
+            break;
+        }
+        for (size_t k = 0; k < it->count; k++, seen++) {
+            snprintf(v, sizeof v, "v%zu", seen);
+            size_t n = (size_t)(it->off[k + 1] - it->off[k]);
+            if (seen >= N || it->ids[k] != ids[seen] || n != strlen(v) ||
+                memcmp(it->data + it->off[k], v, n) != 0)
+                ok = 0;
+        }
+        after = it->ids[it->count - 1];
+        qs_items_free(it);
+    }
+    CHECK(ok && seen == N);
+    CHECK_RC(qs_close(c), 0);
+    qs_queue_test_clock(0);
+    tc_tmp_remove(&t);
+}
+
 typedef struct {
     qs_casket *c;
     int rc;
@@ -392,6 +437,7 @@ int main(void)
     RUN(transactions);
     RUN(bad_arguments);
     RUN(many);
+    RUN(scan_all_runs);
     RUN(wait_for_due);
     RUN(crash_keeps_due_times);
     return tc_summary();

@@ -664,6 +664,9 @@ class Queue(Generic[T]):
         reservation hides an item from other consumers but it is still in
         the queue (and back at the front after a crash), so a dump or a
         backup must hold it.  (:meth:`peek_many` and ``len()`` skip them.)
+        Items of every priority and delayed ones are yielded too, all in id
+        order (without their priority or due time: ``qstore dump`` writes
+        them as plain items; ``Casket.backup`` keeps both).
 
         The items are read in batches (up to 256 items or about 1 MiB).  On a
         snapshot (``with casket.snapshot() as s: s.queue(name).iter()``) all

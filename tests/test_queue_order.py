@@ -413,3 +413,28 @@ def test_listing_names_queues_with_only_delayed_or_priority_items(casket):
     casket.queue("ab").put(b"z", delay=5, priority=9)
     assert casket.queues() == ["a-prio", "ab", "b-delayed", "c-plain"]
     assert casket.queue_lengths() == {"a-prio": 2, "ab": 1, "b-delayed": 1, "c-plain": 2}
+
+
+def test_iter_yields_every_item_in_id_order(casket, clock):
+    q = casket.queue("it")
+    ids = {
+        q.put(b"plain1"): b"plain1",
+        q.put(b"p5", priority=5): b"p5",
+        q.put(b"late", delay=50): b"late",
+        q.put(b"late9", delay=10, priority=9): b"late9",
+        q.put(b"plain2"): b"plain2",
+        q.put(b"p1", priority=1): b"p1",
+    }
+    want = sorted(ids.items())
+    assert list(q.iter(with_ids=True)) == want
+    # resumed after any id (the batches of iter): the rest, in order
+    from pyqstore._qstore import ffi
+    for k, (after, _) in enumerate(want):
+        out = ffi.new("qs_items **")
+        assert lib.qs_queue_scan(casket._c, b"it", 2, after, 2, 1 << 20, out) == 0
+        got = [out[0].ids[i] for i in range(out[0].count)]
+        lib.qs_items_free(out[0])
+        assert got == [i for i, _ in want[k + 1:k + 3]]
+    clock.advance(10)
+    assert q.get() == b"late9"      # moved in and taken
+    assert [p for _, p in q.iter(with_ids=True)] == [p for i, p in want if p != b"late9"]
