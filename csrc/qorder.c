@@ -428,7 +428,7 @@ static int scan_collect_delayed(bt_ctx *bt, qo_scan *s, uint64_t after)
         rc = bt_next(bt, &path);
     }
     free(k.data);
-    if (rc == 0 || rc == QS_NOTFOUND)
+    if ((rc == 0 || rc == QS_NOTFOUND) && s->ndl)  /* qsort takes no NULL */
         qsort(s->dl, s->ndl, sizeof *s->dl, by_id);
     return rc == QS_NOTFOUND ? 0 : rc;
 }

@@ -149,6 +149,13 @@ class OrderMachine(QueueMachine):
             n: len(self.available(n)) + len(self.delayed[n]) for n in expected}
 
 
+    @invariant()
+    def scan(self) -> None:
+        """iter: every item held (reserved and delayed ones too), id order."""
+        for n in NAMES:
+            assert list(self.qs[n].iter()) == [p for _, p in self.queues[n]], n
+
+
 class SmallCacheOrderMachine(OrderMachine):
     """The same with a tiny page cache and frequent checkpoints."""
 
