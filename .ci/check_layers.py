@@ -78,6 +78,8 @@ LAYERS = {
     "qaio.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
+    "qorder.h": "queue",
+    "qorder.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "leak_seed.c": "top",
@@ -103,6 +105,7 @@ PREFIXES = {
     "qr_": "queue",
     "qa_": "queue",
     "qs_aio_": "queue",
+    "qo_": "queue",
     "qs_queue_": "queue",
 }
 

@@ -637,6 +637,23 @@ int qs_cursor_out(qs_cursor *cur);
  * Times are seconds: timeout < 0 waits without limit, 0 does not wait.
  * Inside a transaction nothing waits (waiting would hold the write lock).
  *
+ * Priorities and delays (qs_queue_put_order, qs_queue_release_delay): an
+ * item has a priority 0..9 (0 unless put with another); get, reserve and
+ * peek hand out the highest priority first, in id order within one.  A
+ * delayed item is invisible to get, reserve and peek until its due time
+ * has passed, then available like any other of its priority, at its id.
+ * It counts in qs_queue_len (and qs_queue_delayed counts it alone) and is
+ * removed by qs_queue_clear.  A due item is moved into its queue by the
+ * next get, reserve or clear of the queue (they hold the write lock);
+ * peek shows it after that.  A blocked get or reserve wakes when the
+ * first delayed item falls due, whichever process put it.  Due times are
+ * stored in the casket as wall-clock times (CLOCK_REALTIME, ns since the
+ * epoch), so they hold across processes, close and crashes: a clock set
+ * forward makes items due early, one set back delays them by as much (a
+ * waiter that woke at the old due time sleeps again until the new one).
+ * A queue that never had a priority or delayed item pays nothing for
+ * them but two more rank descents when its length is first counted.
+ *
  * A bad name (NULL, empty, or longer than QS_MAX_QUEUE_NAME) is QS_INVAL
  * for every call that takes one.  The calls that write (put, publish,
  * get, reserve, ack, release, clear) fail as the record functions do
@@ -771,7 +788,11 @@ int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max,
  * a snapshot (qs_snapshot_open) all calls see one commit; elsewhere each
  * call sees the newest, so an iteration never yields an item twice or out
  * of order, yields every item that stayed in the queue throughout, and
- * may or may not yield items added or consumed meanwhile.
+ * may or may not yield items added or consumed meanwhile.  Items of every
+ * priority and delayed ones are included, all in id order ("Priorities
+ * and delays"; the items carry neither their priority nor their due time
+ * here).  A queue that holds priority or delayed items costs two rank
+ * descents and a read of its whole delayed index more per call.
  * @return 0, or QS_INVAL (out NULL, a bad name, max 0, after UINT64_MAX),
  *         HANDLE, STORAGE, SNAPSHOT, DEFERRED; never QS_NOTFOUND
  * @fail   *out NULL (when out is not NULL). */
@@ -890,16 +911,55 @@ int qs_queue_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **o
 int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, double min_idle,
                    double lease, qs_items **out);
 
+/* qs_queue_put_many with a delay and a priority for every item (see
+ * "Priorities and delays" above): delay seconds from now (0: available at
+ * once), priority 0..9.  A priority or delayed item is stored in its own
+ * run of records, so this is slower than qs_queue_put_many by a seek.
+ * @return 0, or QS_INVAL (as qs_queue_put_many; delay negative, NaN or
+ *         infinite; priority outside 0..9), QS_TOOBIG, HANDLE, WRITE,
+ *         STORAGE
+ * @fail   *first_id untouched; no item added; inside a transaction the
+ *         QS_INVAL and QS_TOOBIG refusals leave it as it was. */
+int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n,
+                       const void *vals, size_t vals_len, const uint32_t *lens,
+                       double delay, int priority, uint64_t *first_id);
+
+/* qs_queue_release that makes the item available again only after delay
+ * seconds (0: at once, as qs_queue_release): nack with delay.  The item
+ * keeps its id and priority; until then it is a delayed item.  The
+ * reservation ends at once (as qs_queue_release's); the move into the
+ * delayed index is part of the caller's transaction, so an abort leaves
+ * the item available at once instead.
+ * @return 0, or QS_NOTRESERVED (as qs_queue_release), QS_INVAL (a bad
+ *         name; delay negative, NaN or infinite: nothing released),
+ *         HANDLE, WRITE, STORAGE
+ * @fail   on QS_INVAL and QS_NOTRESERVED nothing changed. */
+int qs_queue_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                           uint64_t token, double delay);
+
+/* *count = delayed items of the queue in the caller's view (those due but
+ * not yet moved into the queue included).
+ * @return 0, or QS_INVAL (count NULL, a bad name), HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED
+ * @fail   *count 0 (untouched when count is NULL). */
+int qs_queue_delayed(qs_casket *c, const void *name, size_t nlen, uint64_t *count);
+
+/* For tests only: the wall clock of delays in this process is `now`
+ * (seconds since the epoch) from here on; now <= 0 returns to the real
+ * clock.  Waits keep their own clock: with a fixed time set, a blocked
+ * get's wait for a due time does not end early. */
+void qs_queue_test_clock(double now);
+
 /* *len = items available to get in the caller's view (reserved ones not
- * counted).  O(1) once the queue has been used through this handle.  A
+ * counted; delayed ones counted, see "Priorities and delays").  O(1) once the queue has been used through this handle.  A
  * queue that does not exist has length 0 (not an error).
  * @return 0, or QS_INVAL (len NULL, a bad name), HANDLE, STORAGE,
  *         SNAPSHOT, DEFERRED
  * @fail   *len 0 (untouched when len is NULL). */
 int qs_queue_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len);
 
-/* Removes every available (unreserved) item; *removed (may be NULL) gets
- * how many.
+/* Removes every available (unreserved) item, delayed ones included;
+ * *removed (may be NULL) gets how many.
  * @return 0, or QS_INVAL (a bad name), HANDLE, WRITE, STORAGE
  * @fail   *removed 0. */
 int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *removed);

@@ -23,6 +23,7 @@
 #include "queue.h"
 #include "qaio.h"
 #include "qres.h"
+#include "qorder.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ static const uint8_t INLINE_PREFIX[1] = {TAG_INLINE};
 /* How often a reader blocked on a queue whose items others reserved looks
  * for holders that died, seconds. */
 #define DEAD_CHECK 0.25
+#define DUE_SLACK 1e-4
 
 #define M_NEW 1u        /* reserved in the open transaction (not yet shared) */
 #define M_ACKED 2u      /* acknowledged in the open transaction (the shared
@@ -62,7 +64,9 @@ typedef struct qq_queue {
     uint8_t *key;               /* "q" + name */
     uint32_t klen;
     uint64_t hash;
-    uint64_t clen;              /* items in the committed tree */
+    uint64_t clen;              /* items in the committed tree (priority
+                                   and delayed ones included) */
+    qo_state order;             /* its priority and delayed items */
     int64_t dlen;               /* the open transaction's change to it */
     uint32_t nacked;            /* marks flagged M_ACKED */
     qq_mark *m;                 /* reservations, sorted by id */
@@ -195,6 +199,17 @@ static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint
     return rc;
 }
 
+/* q's committed length: its plain run, priority and delayed items. */
+static int count_queue(qs_casket *c, qq_queue *q)
+{
+    bt_ctx bt = {cs_pager(c), 0, NS_QUEUE};
+    uint64_t extra;
+    int rc = committed_count(c, q->key, q->klen, &q->clen);
+    if (rc == 0 && (rc = qo_count(&bt, q->key, q->klen, &q->order, &extra)) == 0)
+        q->clen += extra;
+    return rc;
+}
+
 /* The registry entry of queue key ("q" + name), created on first use.  No
  * transaction can have changed a queue before its entry exists (every
  * change goes through here), so the committed count is its length. */
@@ -218,7 +233,7 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
                 /* Others committed since it was counted (never while our
                  * transaction is open: we would hold the write lock). */
                 if (q->epoch != r->epoch && !q->touched) {
-                    int rc = committed_count(c, key, klen, &q->clen);
+                    int rc = count_queue(c, q);
                     if (rc)
                         return rc;
                     q->epoch = r->epoch;
@@ -243,7 +258,7 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     q->hash = h;
     q->min_deadline = INFINITY;
     q->epoch = r->epoch;
-    int rc = committed_count(c, key, klen, &q->clen);
+    int rc = count_queue(c, q);
     if (rc) {
         free(q->key);
         free(q);
@@ -474,6 +489,7 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         q->nacked = 0;
         if (committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
+        qo_txn_end(&q->order, committed);
         recompute_deadline(q);
         if ((committed && q->txn_put) || (!committed && (q->txn_took || back)))
             wake(c, q);
@@ -683,17 +699,17 @@ static int unref(bt_ctx *bt, uint64_t id)
     return bt_delete(bt, &path);
 }
 
-/* Positions path on the first item of q at or after id `from` that no
- * reservation hides; *id gets its id.  QS_NOTFOUND: none. */
-static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, uint64_t from,
-                      bt_path *path, uint64_t *id)
+/* Positions path on the first item of q's run r at or after id `from`
+ * that no reservation hides; *id gets its id.  QS_NOTFOUND: none. */
+static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run *r,
+                      uint64_t from, bt_path *path, uint64_t *id)
 {
-    bt_key pk = {q->key, q->klen, from};
+    bt_key pk = {r->key, r->klen, from};
     int rc = bt_seek_ge(bt, &pk, path);
     int any = q->nm || qr_count(sh, q->hash, NULL);
     while (rc == 0) {
         int eq;
-        if ((rc = bt_key_is(bt, path, q->key, q->klen, &eq)) != 0)
+        if ((rc = bt_key_is(bt, path, r->key, r->klen, &eq)) != 0)
             return rc;
         if (!eq)
             return QS_NOTFOUND;
@@ -720,6 +736,8 @@ typedef struct put_args {
     size_t n;
     bt_vals vals;
     uint64_t first_id;
+    int priority;           /* 0..QO_MAX_PRIORITY */
+    double delay;           /* seconds, 0: none */
 } put_args;
 
 #define PUT_CHUNK 1024          /* items between spill checks */
@@ -736,18 +754,35 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     a->first_id = id;
     bt_vals v = a->vals;
     int valid = q->tail_ok && q->tail_mods == q->reg->mods;
+    /* a priority or delayed item goes to its own run (qorder.h) */
+    const uint8_t *key = a->key;
+    uint32_t klen = a->klen;
+    uint8_t okey[QO_KEY_MAX];
+    bt_path opath, *path = &q->tail;
+    if (a->priority || a->delay > 0) {
+        key = okey;
+        klen = a->delay > 0 ? qo_delay_key(a->key, a->klen, qo_due(qo_now_ns(), a->delay),
+                                           qo_run_of(a->priority), okey)
+                            : qo_run_key(a->key, a->klen, qo_run_of(a->priority), okey);
+        path = &opath;
+        valid = 0;
+    }
     for (size_t i = 0; i < a->n && rc == 0; i += PUT_CHUNK) {
         size_t k = a->n - i < PUT_CHUNK ? a->n - i : PUT_CHUNK;
-        rc = bt_append_run(&bt, &q->tail, &valid, a->key, a->klen, id + i, k, INLINE_PREFIX,
+        rc = bt_append_run(&bt, path, &valid, key, klen, id + i, k, INLINE_PREFIX,
                            sizeof INLINE_PREFIX, &v);
         if (rc == 0 && k == PUT_CHUNK)
             rc = pg_trim(bt.p, 1);
     }
     touch(c, q);
-    q->tail_ok = rc == 0 && valid;
+    q->tail_ok = rc == 0 && valid && path == &q->tail;
     q->tail_mods = q->reg->mods;
     if (rc)
         return rc;
+    if (a->delay > 0)
+        q->order.ddelay += (int64_t)a->n;
+    else if (a->priority)
+        q->order.dprio += (int64_t)a->n;
     q->dlen += (int64_t)a->n;
     q->txn_put = 1;
     return 0;
@@ -777,7 +812,7 @@ static int put_key(qs_casket *c, const uint8_t *key, uint32_t klen, size_t n, bt
             *first_id = 0;
         return 0;
     }
-    put_args a = {key, klen, n, vals, 0};
+    put_args a = {key, klen, n, vals, 0, 0, 0};
     int rc = cs_write(c, put_fn, &a);
     if (rc == 0 && first_id)
         *first_id = a.first_id;
@@ -801,6 +836,36 @@ static int do_put_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
 {
     bt_vals v = {vals, lens, 0};
     return put_values(c, name, nlen, n, v, check_vals(n, vals, vals_len, lens), first_id);
+}
+
+/* A delay (seconds) and a priority a put or release may be given. */
+static int check_order(double delay, int priority)
+{
+    if (!(delay >= 0) || isinf(delay) || priority < 0 || priority > QO_MAX_PRIORITY)
+        return QS_INVAL;
+    return 0;
+}
+
+static int do_put_order(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                        size_t vals_len, const uint32_t *lens, double delay, int priority,
+                        uint64_t *first_id)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = check_vals(n, vals, vals_len, lens);
+    if (rc == 0)
+        rc = check_order(delay, priority);
+    if (rc || n == 0) {
+        if (rc == 0 && first_id)
+            *first_id = 0;
+        return rc;
+    }
+    put_args a = {key, (uint32_t)nlen + 1, n, {vals, lens, 0}, 0, priority, delay};
+    rc = cs_write(c, put_fn, &a);
+    if (rc == 0 && first_id)
+        *first_id = a.first_id;
+    return rc;
 }
 
 /* n frames, each led by QS_FRAME_BYTES, exactly filling len bytes; none
@@ -986,7 +1051,24 @@ typedef struct take_args {
     uint64_t token;
     uint64_t hash;          /* of key: the queue's wake-up word */
     uint32_t word;          /* the word before the take looked */
+    uint64_t next_due;      /* the first delayed item left falls due then
+                               (qo_now_ns's clock), 0: none */
 } take_args;
+
+/* Moves q's delayed items that fell due into their runs; *next_due gets
+ * when the next one does (0: none is left). */
+static int promote(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t now_ns, uint64_t *next_due)
+{
+    size_t moved;
+    int rc = qo_promote(bt, q->key, q->klen, &q->order, now_ns, &moved, next_due);
+    if (*next_due == UINT64_MAX)
+        *next_due = 0;
+    if (moved) {
+        touch(c, q);
+        q->txn_put = 1;     /* others' takers may want them too */
+    }
+    return rc;
+}
 
 /* Removes the item record at path (and its share of a shared payload). */
 static int remove_item(bt_ctx *bt, bt_path *path, uint64_t id, int shared, int *kept)
@@ -1014,6 +1096,12 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     /* A reservation is shared at commit; the room for it is claimed now. */
     if (a->reserve && !qr_room(sh, txn_new_marks(q->reg) + 1))
         return QS_RESFULL;
+    a->next_due = 0;
+    if (qo_has_delayed(&q->order) && (rc = promote(c, &bt, q, qo_now_ns(), &a->next_due)) != 0)
+        return rc;
+    qo_run run;
+    if ((rc = qo_run_first(&bt, q->key, q->klen, &q->order, &run)) != 0)
+        return rc;
     bt_path path;
     uint64_t id, from = 1;
     int kept = 0, any = q->nm || qr_count(sh, q->hash, NULL);
@@ -1026,27 +1114,37 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
          * (kept), or the first at or after `from` */
         int sought = !kept;
         if (sought) {
-            bt_key pk = {q->key, q->klen, from};
-            if ((rc = bt_seek_ge(&bt, &pk, &path)) != 0)
-                break;
+            bt_key pk = {run.key, run.klen, from};
+            rc = bt_seek_ge(&bt, &pk, &path);
         }
-        int eq, shared;
-        if ((rc = out_begin(&a->out)) != 0)
+        int eq = 0, shared;
+        if (rc == 0 && (rc = out_begin(&a->out)) != 0)
             break;
         size_t at = a->out.data.len;
-        rc = bt_item(&bt, &path, q->key, q->klen, &eq, &id, &a->out.data);
+        if (rc == 0)
+            rc = bt_item(&bt, &path, run.key, run.klen, &eq, &id, &a->out.data);
         if (rc == QS_NOTFOUND && !sought) {
             kept = 0;       /* at the end of a leaf: seek the next one */
             continue;
         }
         if (rc == 0 && !eq)
             rc = QS_NOTFOUND;
+        if (rc == QS_NOTFOUND && (rc = qo_run_next(&bt, &run)) == 0) {
+            from = 1;       /* this run is done: the next priority's */
+            kept = 0;
+            continue;
+        }
         if (rc)
             break;
         if (any && hidden(sh, q, id)) {
             a->out.data.len = at;
             from = id + 1;
-            if ((rc = bt_next(&bt, &path)) != 0)
+            if ((rc = bt_next(&bt, &path)) == QS_NOTFOUND) {
+                rc = 0;     /* the tree's end: seek, finding this run done */
+                kept = 0;
+                continue;
+            }
+            if (rc)
                 break;
             kept = 1;
             continue;
@@ -1067,6 +1165,8 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
                 break;
             q->dlen--;
+            if (run.run != QO_MAIN)
+                q->order.dprio--;
             q->txn_took = 1;
         }
         touch(c, q);
@@ -1109,6 +1209,13 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
                 until = lease_end;
             if (now + DEAD_CHECK < until)
                 until = now + DEAD_CHECK;
+        }
+        if (a->next_due) {
+            /* a delayed item falls due: look again then (the slack keeps
+             * a wake-up a hair early from finding it not yet due) */
+            double due_in = ((double)a->next_due - (double)qo_now_ns()) * 1e-9 + DUE_SLACK;
+            if (now + due_in < until)
+                until = now + (due_in > 0 ? due_in : 0);
         }
         /* A signal ends the wait with nothing taken: a handler the caller
          * installed (Python's for Ctrl-C) must get to run, and the caller
@@ -1183,6 +1290,7 @@ typedef struct ack_args {
     uint32_t klen;
     uint64_t id, token;
     uint64_t removed;
+    double delay;           /* release: seconds until it is back, 0: now */
 } ack_args;
 
 static int expire_fn(qs_casket *c, bt_ctx *ubt, void *arg)
@@ -1202,7 +1310,7 @@ static void settle(qs_casket *c, const uint8_t *key, uint32_t klen)
     if (cs_readonly(c) || !qr_count(cs_region(c), hash_bytes(key, klen), &lease_ns))
         return;
     if ((lease_ns && lease_ns <= sh_now_ns()) || qr_sweep_due(cs_region(c))) {
-        ack_args a = {key, klen, 0, 0, 0};
+        ack_args a = {key, klen, 0, 0, 0, 0};
         cs_write_try(c, expire_fn, &a);
     }
 }
@@ -1227,10 +1335,18 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
     outbuf o = {0};
     bt_path path;
     uint64_t id, from = 1;
-    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0) {
-        while (o.n < max && (rc = first_free(sh, &bt, q, from, &path, &id)) == 0) {
+    qo_run run;
+    if ((rc = lookup_live(c, key, (uint32_t)nlen + 1, &q)) == 0 &&
+        (rc = qo_run_first(&bt, q->key, q->klen, &q->order, &run)) == 0) {
+        while (o.n < max) {
             int shared;
-            if ((rc = out_begin(&o)) != 0 || (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
+            rc = first_free(sh, &bt, q, &run, from, &path, &id);
+            if (rc == QS_NOTFOUND && (rc = qo_run_next(&bt, &run)) == 0) {
+                from = 1;   /* the next priority's run */
+                continue;
+            }
+            if (rc || (rc = out_begin(&o)) != 0 ||
+                (rc = read_item(&bt, &path, id, &o, &shared)) != 0)
                 break;
             out_end(&o, id);
             from = id + 1;
@@ -1240,6 +1356,27 @@ static int do_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_i
     }
     cs_read_leave(c, &bt);
     return out_read(&o, rc, out);
+}
+
+/* do_scan's read of a queue that has priority or delayed items: every
+ * run merged in id order (qorder.c). */
+static int scan_ordered(bt_ctx *bt, const uint8_t *key, uint32_t klen, const qo_state *st,
+                        uint64_t after, size_t max, size_t max_bytes, outbuf *o)
+{
+    qo_scan *sc;
+    bt_path path;
+    uint64_t id;
+    int shared, rc = qo_scan_begin(bt, key, klen, st, after, &sc);
+    if (rc)
+        return rc;
+    while (o->n < max && (o->n == 0 || o->data.len < max_bytes) &&
+           (rc = qo_scan_next(bt, sc, &path, &id)) == 0) {
+        if ((rc = out_begin(o)) != 0 || (rc = read_item(bt, &path, id, o, &shared)) != 0)
+            break;
+        out_end(o, id);
+    }
+    qo_scan_end(sc);
+    return rc == QS_NOTFOUND ? 0 : rc;
 }
 
 /* Items of the queue after id `after`, reserved or not, up to max items and
@@ -1263,9 +1400,17 @@ static int do_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, 
     if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
         return rc;
     outbuf o = {0};
+    qo_state st;
+    uint64_t extra;
+    if ((rc = qo_count(&bt, key, klen, &st, &extra)) == 0 && extra) {
+        rc = scan_ordered(&bt, key, klen, &st, after, max, max_bytes, &o);
+        cs_read_leave(c, &bt);
+        return out_read(&o, rc, out);
+    }
     bt_path path;
     bt_key pk = {key, klen, after + 1};
-    rc = bt_seek_ge(&bt, &pk, &path);
+    if (rc == 0)
+        rc = bt_seek_ge(&bt, &pk, &path);
     while (rc == 0 && o.n < max && (o.n == 0 || o.data.len < max_bytes)) {
         int eq, shared;
         uint64_t id;
@@ -1308,9 +1453,12 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     bt_path path;
     outbuf tag = {0};
-    int shared, kept;
+    int shared, kept, run = QO_MAIN;
+    rc = qo_has_prio(&q->order)
+             ? qo_seek_item(&bt, q->key, q->klen, &q->order, a->id, &path, &run)
+             : seek_exact(&bt, a->key, a->klen, a->id, &path);
     /* the value's tag says whether a shared payload loses a reference */
-    if ((rc = seek_exact(&bt, a->key, a->klen, a->id, &path)) == 0 &&
+    if (rc == 0 &&
         (rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) == 0) {
         shared = tag.data.len == 1 && tag.data.data[0] == TAG_SHARED;
         rc = remove_item(&bt, &path, a->id, shared, &kept);
@@ -1325,6 +1473,8 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         q->m[mi].flags |= M_ACKED;
         q->nacked++;
     }
+    if (run != QO_MAIN)
+        q->order.dprio--;
     q->dlen--;
     q->txn_took = 1;
     touch(c, q);
@@ -1337,7 +1487,7 @@ static int do_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0};
     return cs_write(c, ack_fn, &a);
 }
 
@@ -1385,7 +1535,7 @@ static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
         rc = QS_INVAL;
     if (rc)
         return rc;
-    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0}, n, ids, each};
+    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0, 0}, n, ids, each};
     return cs_write(c, ack_many_fn, &a);
 }
 
@@ -1394,7 +1544,7 @@ static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
  * change to the shared reservations. */
 static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
-    (void)ubt;
+    bt_ctx bt = queue_ctx(ubt);
     ack_args *a = arg;
     qq_queue *q;
     size_t mi;
@@ -1410,6 +1560,12 @@ static int release_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         qr_del(cs_region(c), q->hash, a->id);
     else
         return rc;
+    if (a->delay > 0) {
+        touch(c, q);
+        q->txn_put = 1;     /* waiters learn when it falls due */
+        return qo_delay_item(&bt, q->key, q->klen, &q->order, a->id,
+                             qo_due(qo_now_ns(), a->delay));
+    }
     wake(c, q);
     return 0;
 }
@@ -1420,7 +1576,20 @@ static int do_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, 
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0};
+    return cs_write(c, release_fn, &a);
+}
+
+static int do_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                            uint64_t token, double delay)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = check_order(delay, 0);
+    if (rc)
+        return rc;
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, delay};
     return cs_write(c, release_fn, &a);
 }
 
@@ -1433,12 +1602,25 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     if (rc)
         return rc;
     const sh_region *sh = cs_region(c);
-    uint64_t from = 1, id;
+    uint64_t from = 1, id, next_due;
     a->removed = 0;
     bt_path path;
     outbuf tag = {0};
-    while ((rc = first_free(sh, &bt, q, from, &path, &id)) == 0) {
+    qo_run run;
+    /* delayed items go too: first into their runs */
+    if (qo_has_delayed(&q->order) && (rc = promote(c, &bt, q, UINT64_MAX, &next_due)) != 0)
+        return rc;
+    if ((rc = qo_run_first(&bt, q->key, q->klen, &q->order, &run)) != 0)
+        return rc;
+    for (;;) {
         int kept;
+        rc = first_free(sh, &bt, q, &run, from, &path, &id);
+        if (rc == QS_NOTFOUND && (rc = qo_run_next(&bt, &run)) == 0) {
+            from = 1;
+            continue;
+        }
+        if (rc)
+            break;
         tag.data.len = 0;
         if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)
             break;
@@ -1448,6 +1630,8 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         from = id + 1;
         a->removed++;
         q->dlen--;
+        if (run.run != QO_MAIN)
+            q->order.dprio--;
         q->txn_took = 1;
         touch(c, q);
         if ((a->removed & 1023) == 0 && (rc = pg_trim(bt.p, 1)) != 0)
@@ -1465,7 +1649,7 @@ static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remov
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, 0, 0, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, 0, 0, 0, 0};
     rc = cs_write(c, clear_fn, &a);
     if (rc == 0 && removed)
         *removed = a.removed;
@@ -1542,8 +1726,12 @@ static int claim_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             break;
         }
         bt_path path;
-        int shared;
-        if ((rc = seek_exact(&bt, t->key, t->klen, e[i].id, &path)) != 0 ||
+        int shared, run;
+        /* a claimed item may sit in a priority run (qorder.c), as in ack */
+        rc = qo_has_prio(&q->order)
+                 ? qo_seek_item(&bt, q->key, q->klen, &q->order, e[i].id, &path, &run)
+                 : seek_exact(&bt, t->key, t->klen, e[i].id, &path);
+        if (rc != 0 ||
             (rc = out_begin(&t->out)) != 0 ||
             (rc = read_item(&bt, &path, e[i].id, &t->out, &shared)) != 0)
             break;
@@ -1673,6 +1861,47 @@ static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
     return rc;
 }
 
+static int do_delayed(qs_casket *c, const void *name, size_t nlen, uint64_t *count)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!count)
+        return QS_INVAL;
+    *count = 0;
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    qq_queue *q;
+    if ((rc = lookup(c, key, (uint32_t)nlen + 1, &q)) == 0) {
+        int64_t n = (int64_t)q->order.cdelay + (bt.wview ? q->order.ddelay : 0);
+        *count = n > 0 ? (uint64_t)n : 0;
+    }
+    cs_read_leave(c, &bt);
+    return rc;
+}
+
+/* Appends queue name's entry to a listing: its name and length; *qout
+ * (may be NULL) gets its registry entry. */
+static int list_one(qs_casket *c, outbuf *o, const uint8_t *name, uint32_t nlen, int wview,
+                    qq_queue **qout)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    qq_queue *q;
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = lookup_live(c, key, nlen + 1, &q);
+    if (rc || (rc = out_begin(o)) != 0 || (rc = bt_buf_reserve(&o->data, nlen)) != 0)
+        return rc;
+    memcpy(o->data.data + o->data.len, name, nlen);
+    o->data.len += nlen;
+    out_end(o, available(c, q, wview));
+    if (qout)
+        *qout = q;
+    return 0;
+}
+
 static int do_list(qs_casket *c, qs_items **out)
 {
     if (!out)
@@ -1687,23 +1916,38 @@ static int do_list(qs_casket *c, qs_items **out)
     uint8_t first = KEY_QUEUE;
     bt_key pk = {&first, 1, 0};
     bt_path path;
-    while ((rc = bt_seek_ge(&bt, &pk, &path)) == 0) {
+    /* queues holding only priority or delayed items have no "q" run:
+     * their names are merged in, in order */
+    qo_names extra;
+    size_t ei = 0;
+    if ((rc = qo_names_get(&bt, &extra)) == 0)
+        rc = bt_seek_ge(&bt, &pk, &path);
+    while (rc == 0 || (rc == QS_NOTFOUND && ei < extra.n)) {
         k.len = 0;
-        if ((rc = bt_read(&bt, &path, &k, NULL, 0, NULL)) != 0)
+        if (rc == 0 && (rc = bt_read(&bt, &path, &k, NULL, 0, NULL)) != 0)
             break;
-        if (k.len < 2 || k.data[0] != KEY_QUEUE)
+        int more = rc == 0 && k.len >= 2 && k.data[0] == KEY_QUEUE;
+        if (!more && ei == extra.n)
             break;
+        if (!more || (ei < extra.n && qo_name_cmp(extra.at[ei].p, extra.at[ei].len, k.data + 1,
+                                                  k.len - 1) < 0)) {
+            rc = list_one(c, &o, extra.at[ei].p, extra.at[ei].len, bt.wview, NULL);
+            ei++;
+            if (rc == 0)
+                rc = bt_seek_ge(&bt, &pk, &path);
+            continue;
+        }
+        if (ei < extra.n &&
+            qo_name_cmp(extra.at[ei].p, extra.at[ei].len, k.data + 1, k.len - 1) == 0)
+            ei++;
         qq_queue *q;
-        if ((rc = lookup_live(c, k.data, (uint32_t)k.len, &q)) != 0)
+        if ((rc = list_one(c, &o, k.data + 1, (uint32_t)k.len - 1, bt.wview, &q)) != 0)
             break;
-        if ((rc = out_begin(&o)) != 0 || (rc = bt_buf_reserve(&o.data, k.len - 1)) != 0)
-            break;
-        memcpy(o.data.data + o.data.len, k.data + 1, k.len - 1);
-        o.data.len += k.len - 1;
-        out_end(&o, available(c, q, bt.wview));
         /* the next queue: the first record after every one of this key */
         pk = (bt_key){q->key, q->klen, UINT64_MAX};
+        rc = bt_seek_ge(&bt, &pk, &path);
     }
+    qo_names_free(&extra);
     free(k.data);
     cs_read_leave(c, &bt);
     if (rc == QS_NOTFOUND)
@@ -1855,4 +2099,27 @@ int qs_queue_records(qs_casket *c, uint64_t *count)
 {
     int rc = cs_enter_call(c);
     return rc ? rc : cs_return(c, do_records(c, count));
+}
+
+int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                       size_t vals_len, const uint32_t *lens, double delay, int priority,
+                       uint64_t *first_id)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc
+              : cs_return(c, do_put_order(c, name, nlen, n, vals, vals_len, lens, delay, priority,
+                                          first_id));
+}
+
+int qs_queue_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                           uint64_t token, double delay)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_release_delay(c, name, nlen, id, token, delay));
+}
+
+int qs_queue_delayed(qs_casket *c, const void *name, size_t nlen, uint64_t *count)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_delayed(c, name, nlen, count));
 }

@@ -199,6 +199,20 @@ def test_claim_between_handles(path):
         a.close()
 
 
+def test_claim_of_priority_and_released_delayed_items(casket):
+    # Priority items live in their own runs (qorder.c): a claim must find
+    # them there, as ack does, not only in the plain run.
+    q = casket.queue("q")
+    q.put(b"plain")
+    q.put(b"urgent", None, 5)
+    held = q.reserve_many(2, timeout=0)
+    assert held.payloads == [b"urgent", b"plain"]
+    got = q.claim(min_idle=0, n=2)
+    assert sorted(got.payloads) == [b"plain", b"urgent"]
+    got.ack()
+    assert len(q) == 0 and q.pending() == []
+
+
 def test_claim_then_ack_in_transaction(path):
     """A claimed item acknowledged in the claiming transaction leaves no
     reservation behind: the holder's entry goes with the item."""
