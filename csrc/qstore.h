@@ -163,7 +163,12 @@ enum {
     QS_MAX_QUEUE_NAME = 4096,       /* bytes */
     QS_MAX_VALUE = 1073741824,      /* 1 GiB */
     QS_PAGE_SIZE = 4096,
-    QS_FORMAT_VERSION = 1
+    /* 2: queue configs ('m'), delivery counts (item tag 2), dedup keys
+     * ('k') -- issue 13.  A version-1 casket is read as is read-only and
+     * converted by a read-write open (its page 0 and log header rewritten
+     * as version 2 before anything is written); above 2 is QS_VERSION. */
+    QS_FORMAT_VERSION = 2,
+    QS_FORMAT_VERSION_MIN = 1       /* the oldest version this build opens */
 };
 
 /* Open flags (qs_options.flag), as in the dbm module: "r" "w" "c" "n". */
@@ -197,7 +202,7 @@ typedef struct qs_options {
 
 typedef struct qs_stat {
     uint32_t page_size;
-    uint32_t format_version;
+    uint32_t format_version;  /* of the file as this handle opened it */
     uint64_t pages;          /* pages in the casket, header included */
     uint64_t free_pages;     /* pages on the free list */
     uint64_t records;        /* records in the user namespace, each
@@ -248,7 +253,11 @@ void qs_options_init(qs_options *opts);
  *   QS_NOTCASKET not a casket (also an existing empty file with flag
  *                CREATE: only NEW overwrites it)
  *   QS_VERSION, QS_CORRUPT  a casket we cannot read, a damaged one
- *                (qs_open_detail names a damaged log frame)
+ *                (qs_open_detail names a damaged log frame; for QS_VERSION
+ *                the file's version and the newest this build reads).  A
+ *                version-1 casket opened read-write is converted to
+ *                QS_FORMAT_VERSION during the open (durably, before the
+ *                open returns); read-only it is read unchanged
  *   QS_LOCKED    after lock_timeout; also while read-only handles without
  *                a region have it open, and at once for flag NEW while
  *                other handles have it open (qs_open_detail says how many,
