@@ -76,6 +76,10 @@ LAYERS = {
     "qres.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
+    "qconf.h": "queue",
+    "qconf.c": "queue",
+    "qdeliv.h": "queue",
+    "qdeliv.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "test_*.c": "top",
@@ -98,6 +102,8 @@ PREFIXES = {
     "qs_": "casket",
     "qq_": "queue",
     "qr_": "queue",
+    "qc_": "queue",
+    "qd_": "queue",
     "qs_queue_": "queue",
 }
 

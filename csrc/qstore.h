@@ -155,7 +155,11 @@ enum {
                                casket open and this one may not write its
                                region NAME-shm, so it cannot follow their
                                commits */
-    QS_LAST_ERRCODE = -32020
+    QS_QFULL = -32021,      /* qs_queue_put*: the queue holds its maxsize
+                               (qs_queue_config) items; nothing was put */
+    QS_QBOUND = -32022,     /* qs_queue_config_set: the new maxsize is below
+                               the items the queue holds now */
+    QS_LAST_ERRCODE = -32022
 };
 
 enum {
@@ -673,7 +677,9 @@ void qs_items_free(qs_items *items);
 
 /* Appends one item to queue name; *id (may be NULL) gets its id.
  * @return 0, or QS_INVAL (a bad name, val NULL with vlen > 0), QS_TOOBIG
- *         (a payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ *         (a payload over QS_MAX_VALUE - 1 bytes), QS_QFULL (a bounded
+ *         queue holding its maxsize items, qs_queue_config: a refusal, it
+ *         never waits; see qs_queue_put_wait), HANDLE, WRITE, STORAGE
  * @fail   *id untouched. */
 int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
                  const void *val, size_t vlen, uint64_t *id);
@@ -700,6 +706,20 @@ void qs_queue_free(qs_queue *q);
  *         as -e) */
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
 
+/* qs_queue_put_id that waits for room when q is a bounded queue holding its
+ * maxsize items (qs_queue_config): up to timeout seconds (< 0: no limit,
+ * 0: not at all), asleep on the queue's wake-up word, which any process's
+ * commit that removes items of a bounded queue (get, ack, clear) or widens
+ * its bound moves.  Inside the caller's transaction it never waits (the
+ * consumers would need the write lock it holds).
+ * @return the id, or what qs_queue_put_id returns, or QS_QFULL (still no
+ *         room when the time was up; nothing put), QS_INVAL (also timeout
+ *         NaN), QS_INTR (a signal handler ran while it waited: nothing put;
+ *         qs_queue_wait_left says how long was left), QS_CLOSED (the
+ *         casket closed while it waited)
+ * @fail   nothing put. */
+int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout);
+
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,
@@ -707,7 +727,8 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
  * changing anything.  n 0 adds nothing and returns 0 (*first_id 0).
  * @return 0, or QS_INVAL (a bad name, lens NULL with n > 0, vals NULL with
  *         vals_len > 0, lengths not adding up to vals_len), QS_TOOBIG (a
- *         payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ *         payload over QS_MAX_VALUE - 1 bytes), QS_QFULL (a bounded queue
+ *         without room for all n: none is added), HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added. */
 int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
                       const void *vals, size_t vals_len, const uint32_t *lens,
@@ -723,7 +744,8 @@ int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
  * (nothing is stored: the caller may then pack the batch another way),
  * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes.
  * @return 0, or QS_INVAL (a bad name, frames NULL with frames_len > 0, a
- *         bad record as above), QS_TOOBIG, HANDLE, WRITE, STORAGE
+ *         bad record as above), QS_TOOBIG, QS_QFULL (as qs_queue_put_many),
+ *         HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added. */
 enum { QS_FRAME_BYTES = 0x73 };   /* marshal's TYPE_STRING, "s" */
 int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
@@ -734,7 +756,8 @@ int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
  * payload's storage is freed when the last queue has consumed its reference.
  * @return 0, or QS_INVAL (nnames 0, names or noff NULL, val NULL with
  *         vlen > 0, a bad name, a name given twice), QS_TOOBIG (a payload
- *         over QS_MAX_VALUE bytes), HANDLE, WRITE, STORAGE
+ *         over QS_MAX_VALUE bytes), QS_QFULL (one of the queues is a full
+ *         bounded queue), HANDLE, WRITE, STORAGE
  * @fail   *id untouched; no queue changed. */
 int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
                      const void *val, size_t vlen, uint64_t *id);
@@ -862,6 +885,87 @@ int qs_queue_list(qs_casket *c, qs_items **out);
  * @fail   *count 0, or untouched when the view could not be had: do not
  *         use it. */
 int qs_queue_records(qs_casket *c, uint64_t *count);
+
+/* ---- deliveries -------------------------------------------------------------
+ *
+ * Every reserve (qs_queue_reserve, qs_queue_reserve_many, and the reserve a
+ * codec queue's get makes in the binding) counts one delivery of each item
+ * it hands out, in the item's record: outside a transaction the count is
+ * part of the reserve's own commit, so it is durable when the reserve
+ * returns (with sync on) and a crash or a killed holder after it keeps it.
+ * Inside a transaction it is part of that transaction (an abort undoes the
+ * count with the reserve).  A queue whose config (below) has
+ * max_deliveries N moves an item that was reserved N times to its
+ * dead-letter queue, with its id, count and last reason, instead of handing
+ * it out again: the take (get or reserve) that reaches it moves it, in the
+ * same commit.  The dead-letter queue's maxsize does not stop the move. */
+
+/* qs_queue_release that also records why the holder failed the item
+ * (reason, up to QD_MAX_REASON = 1024 bytes; rlen 0: an empty reason), kept
+ * with its delivery count and seen by whoever reads it later
+ * (qs_queue_item_info), also in the dead-letter queue.  The release takes
+ * effect at once, as qs_queue_release's; the reason is a write in the
+ * caller's transaction, if any.
+ * @return 0, or what qs_queue_release returns, QS_INVAL (also reason NULL
+ *         with rlen > 0, rlen over 1024)
+ * @fail   nothing released, no reason stored. */
+int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
+                  const void *reason, size_t rlen);
+
+/* Item id of queue name in the caller's view: *deliveries = how often it was
+ * reserved; *reason (reason may be NULL to skip it) = a new buffer holding
+ * the last fail reason, the caller's to qs_free, NULL when none was given
+ * (*rlen its length).
+ * @return 0, or QS_NOTFOUND (no such item in that queue), QS_INVAL
+ *         (deliveries NULL, reason without rlen, a bad name), QS_NOMEM,
+ *         HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *deliveries 0, *reason NULL, *rlen 0. */
+int qs_queue_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                       uint32_t *deliveries, void **reason, size_t *rlen);
+
+/* ---- queue policy ----------------------------------------------------------
+ *
+ * A queue's config is a record of the casket (format version 2), so every
+ * handle in every process applies the same policy, and setting it is a
+ * write like a put: inside the caller's transaction it is part of it, an
+ * abort restores the previous config.  A queue without one has the
+ * defaults (all zero: unbounded, no delivery limit, no dead-letter queue,
+ * no dedup window).  Handles cache it per queue and reread it when another
+ * handle committed, so puts and gets do not read it. */
+typedef struct qs_queue_config {
+    uint64_t maxsize;           /* items the queue may hold, reserved ones
+                                   included; 0: no bound */
+    uint32_t max_deliveries;    /* reserves of an item without an ack before
+                                   it is dead-lettered; 0: no limit */
+    double dedup_window;        /* seconds a dedup key is remembered after
+                                   its put; 0: while its item is queued */
+    const void *dead_letter;    /* name of the dead-letter queue, NULL: none */
+    size_t dead_letter_len;     /* its length in bytes */
+} qs_queue_config;
+
+/* Replaces the config of queue `name` with *cfg (all fields; a config
+ * equal to the defaults removes the record).  A queue need not exist.
+ * A maxsize below the items the queue holds now (available, reserved)
+ * is refused: the bound would be broken at once, and nothing is dropped
+ * to meet it.
+ * @return 0, or QS_INVAL (cfg NULL, a bad name, dedup_window negative,
+ *         NaN or infinite, a bad dead_letter name, dead_letter equal to
+ *         name, one of dead_letter and max_deliveries without the other),
+ *         QS_QBOUND (maxsize
+ *         below the queue's items in the caller's view), QS_READONLY,
+ *         HANDLE, WRITE, STORAGE
+ * @fail   the stored config unchanged; QS_INVAL and QS_QBOUND are refusals
+ *         (the transaction goes on). */
+int qs_queue_config_set(qs_casket *c, const void *name, size_t nlen,
+                        const qs_queue_config *cfg);
+
+/* *cfg = the config of queue `name` in the caller's view (the defaults when
+ * none was set).  cfg->dead_letter, when not NULL, is a new buffer the
+ * caller frees with qs_free.
+ * @return 0, or QS_INVAL (cfg NULL, a bad name), QS_NOMEM, HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED
+ * @fail   *cfg zeroed (untouched when cfg is NULL). */
+int qs_queue_config_get(qs_casket *c, const void *name, size_t nlen, qs_queue_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,9 @@ from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
 
 from ._qstore import ffi, lib
-from .errors import DecodeError, Empty, TooBigError, error_for
+from .errors import DecodeError, Empty, Full, TooBigError, error_for
+
+from ._policy import QueueConfig, config_get
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -41,6 +43,7 @@ _wait_left = lib.qs_queue_wait_left
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
+_QFULL = lib.QS_QFULL
 _ERRNO_FLOOR = -4096   # qs_queue_put_id returns an errno e as -e, above this
 _qs_put_framed = lib.qs_queue_put_framed
 _qs_get = lib.qs_queue_get
@@ -300,7 +303,8 @@ def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
 
 class Item(Generic[T]):
     """A reserved item (see :meth:`Queue.reserve`): ``id``, ``payload``,
-    :meth:`ack` and :meth:`release`.  The reservation is this object's: an
+    :meth:`ack`, :meth:`release` and :meth:`fail`; ``deliveries`` and
+    ``reason`` tell its history.  The reservation is this object's: an
     ack or release through another Item (or after the lease ran out) never
     touches another consumer's reservation."""
 
@@ -327,6 +331,53 @@ class Item(Generic[T]):
         rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
         if rc:
             raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
+
+    def fail(self, reason: Union[str, bytes] = "") -> None:
+        """Release the item, recording why it failed (str as UTF-8, or
+        bytes; up to 1024 bytes): kept with its delivery count, and read as
+        ``reason`` by whoever gets it next, in a dead-letter queue too.
+        NotReservedError when the reservation is over."""
+        if isinstance(reason, str):
+            r = reason.encode("utf-8")
+        elif isinstance(reason, (bytes, bytearray)):
+            r = bytes(reason)
+        else:
+            raise TypeError(f"reason must be str or bytes, not {type(reason).__name__}")
+        if len(r) > 1024:
+            raise ValueError(f"reason is {len(r)} bytes long; the limit is 1024")
+        q = self.queue
+        rc = lib.qs_queue_fail(q._c, q._key, q._klen, self.id, self._token, r, len(r))
+        if rc:
+            raise error_for(rc, "fail", q._casket.path, queue=q.name, handle=q._c)
+
+    def _info(self) -> tuple[int, Optional[str]]:
+        q = self.queue
+        n = _new("uint32_t *")
+        rp = _new("void **")
+        rl = _new("size_t *")
+        rc = lib.qs_queue_item_info(q._c, q._key, q._klen, self.id, n, rp, rl)
+        if rc:
+            raise error_for(rc, "item info", q._casket.path, queue=q.name, handle=q._c)
+        reason = None
+        if rp[0] != ffi.NULL:
+            try:
+                reason = ffi.unpack(ffi.cast("char *", rp[0]), rl[0]).decode("utf-8", "replace")
+            finally:
+                lib.qs_free(rp[0])
+        return int(n[0]), reason
+
+    @property
+    def deliveries(self) -> int:
+        """How many times the item was reserved, this reserve included
+        (counted durably by each reserve; read from the casket while the
+        item is in its queue: NotFoundError after an ack)."""
+        return self._info()[0]
+
+    @property
+    def reason(self) -> Optional[str]:
+        """The reason its last holder gave to :meth:`fail` (None when
+        none did), as :attr:`deliveries` reads it."""
+        return self._info()[1]
 
     def __enter__(self) -> "Item[T]":
         return self
@@ -384,13 +435,19 @@ class Queue(Generic[T]):
     # ------------------------------------------------------------------ put
 
     @overload
-    def put(self: "Queue[bytes]", payload: BytesLike) -> int: ...
+    def put(self: "Queue[bytes]", payload: BytesLike, block: bool = True,
+            timeout: Optional[float] = None) -> int: ...
 
     @overload
-    def put(self, payload: T) -> int: ...
+    def put(self, payload: T, block: bool = True, timeout: Optional[float] = None) -> int: ...
 
-    def put(self, payload: Any) -> int:
-        """Append one item; returns its id."""
+    def put(self, payload: Any, block: bool = True, timeout: Optional[float] = None) -> int:
+        """Append one item; returns its id.  On a bounded queue
+        (``casket.queue(name, maxsize=N)``) holding N items, wait up to
+        timeout seconds (None: no limit) for a consumer in any process to
+        make room, or with block false not at all; raise
+        :class:`pyqstore.Full` (also a :class:`queue.Full`) when there is
+        none.  Inside a transaction it never waits."""
         codec = self._codec
         if codec is None:
             b = payload if type(payload) is bytes else _raw_payload(payload)
@@ -398,8 +455,36 @@ class Queue(Generic[T]):
             b = _encoded(codec, payload)
         r: int = _qs_put_id(self._q, b, len(b))
         if r < 0:
+            if r == _QFULL:
+                return self._put_wait(b, _timeout_arg(block, timeout))
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
+
+    def _put_wait(self, b: bytes, timeout: float) -> int:
+        # The queue was full: wait for room in C (the futex word), through
+        # signals as get does.
+        r: int = lib.qs_queue_put_wait(self._q, b, len(b), timeout)
+        while r == _INTR:
+            r = lib.qs_queue_put_wait(self._q, b, len(b), _wait_left())
+        if r < 0:
+            if r == _QFULL:
+                raise Full(f"queue {self.name!r} is full ({self.config().maxsize} items)")
+            self._raise(r if r < _ERRNO_FLOOR else -r, "put")
+        return r
+
+    def put_nowait(self, payload: Any) -> int:
+        """``put(payload, block=False)``."""
+        return self.put(payload, False)
+
+    def config(self) -> "QueueConfig":
+        """The queue's stored policy (see ``casket.queue``), as the calling
+        thread's view has it."""
+        return config_get(self)
+
+    @property
+    def maxsize(self) -> int:
+        """The stored bound (0: none), as :meth:`config` has it."""
+        return config_get(self).maxsize
 
     @overload
     def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike]) -> int: ...
@@ -409,7 +494,9 @@ class Queue(Generic[T]):
 
     def put_many(self, payloads: Iterable[Any]) -> int:
         """Append every payload of the iterable in one call (one transaction
-        unless inside the caller's); returns how many."""
+        unless inside the caller's); returns how many.  On a bounded queue
+        without room for all of them it stores none and raises
+        :class:`pyqstore.Full` (it never waits)."""
         if isinstance(payloads, (str, bytes, bytearray, memoryview)):
             # iterating would store one item per character (or per int)
             raise TypeError(f"put_many takes an iterable of payloads, not one "
@@ -431,15 +518,21 @@ class Queue(Generic[T]):
                                 len(framed) - _LIST_HDR, ffi.NULL)
             if rc != _INVAL:
                 if rc:
-                    self._raise(rc, "put_many")
+                    self._raise_put_many(rc, n)
                 return n
         # Not all bytes-like: str, or a bad item (raises TypeError naming it).
         data, lens = _pack([_raw_payload(p) for p in items])
         rc = lib.qs_queue_put_many(self._c, k, self._klen, n, data, len(data),
                                    ffi.from_buffer("uint32_t[]", lens), ffi.NULL)
         if rc:
-            self._raise(rc, "put_many")
+            self._raise_put_many(rc, n)
         return n
+
+    def _raise_put_many(self, rc: int, n: int) -> NoReturn:
+        if rc == _QFULL:
+            raise Full(f"queue {self.name!r} has no room for {n} more items "
+                       f"(maxsize {self.config().maxsize}); none was put")
+        self._raise(rc, "put_many")
 
     # ------------------------------------------------------------------ get
 
