@@ -43,6 +43,7 @@ static const char *const err_text[] = {
         "NAME-shm, which a read-only open needs to follow their changes",
     [ERR_INDEX(QS_QFULL)] = "queue is full (it holds its maxsize items)",
     [ERR_INDEX(QS_QBOUND)] = "maxsize is below the number of items the queue holds",
+    [ERR_INDEX(QS_TIMEDOUT)] = "timed out: the queue still holds items",
 };
 
 _Static_assert(sizeof err_text / sizeof err_text[0] == ERR_INDEX(QS_LAST_ERRCODE) + 1,

@@ -159,7 +159,9 @@ enum {
                                (qs_queue_config) items; nothing was put */
     QS_QBOUND = -32022,     /* qs_queue_config_set: the new maxsize is below
                                the items the queue holds now */
-    QS_LAST_ERRCODE = -32022
+    QS_TIMEDOUT = -32023,   /* qs_queue_join: the queue still held items
+                               when the timeout passed */
+    QS_LAST_ERRCODE = -32023
 };
 
 enum {
@@ -886,6 +888,18 @@ int qs_queue_list(qs_casket *c, qs_items **out);
  *         use it. */
 int qs_queue_records(qs_casket *c, uint64_t *count);
 
+/* Waits until queue name holds no item: none available and none reserved
+ * (the standard library's Queue.join), whoever consumes them, in any
+ * process: asleep on the queue's wake-up word, which a commit that leaves
+ * a queue empty moves.  timeout < 0: no limit; inside the caller's
+ * transaction it does not wait (it looks at the transaction's view).
+ * @return 0 (empty), or QS_TIMEDOUT (items still held when the time was
+ *         up), QS_INVAL (a bad name, timeout NaN), QS_INTR (a signal
+ *         handler ran while it waited; qs_queue_wait_left says how long was
+ *         left), QS_CLOSED (the casket closed meanwhile), HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED */
+int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout);
+
 /* ---- deliveries -------------------------------------------------------------
  *
  * Every reserve (qs_queue_reserve, qs_queue_reserve_many, and the reserve a
@@ -914,8 +928,8 @@ int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
 
 /* Item id of queue name in the caller's view: *deliveries = how often it was
  * reserved; *reason (reason may be NULL to skip it) = a new buffer holding
- * the last fail reason, the caller's to qs_free, NULL when none was given
- * (*rlen its length).
+ * the last fail reason, the caller's to qs_free, NULL when none (or an
+ * empty one) was given (*rlen its length).
  * @return 0, or QS_NOTFOUND (no such item in that queue), QS_INVAL
  *         (deliveries NULL, reason without rlen, a bad name), QS_NOMEM,
  *         HANDLE, STORAGE, SNAPSHOT, DEFERRED

@@ -475,8 +475,9 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         if (committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
         recompute_deadline(q);
-        /* A bounded queue's producers wait on the same word for room. */
-        if ((committed && (q->txn_put || (q->txn_took && q->conf.maxsize))) ||
+        /* A bounded queue's producers wait on the same word for room, and
+         * qs_queue_join's callers for an empty queue. */
+        if ((committed && (q->txn_put || (q->txn_took && (q->conf.maxsize || !q->clen)))) ||
             (!committed && (q->txn_took || back)))
             wake(c, q);
         if (!committed && q->txn_conf)
@@ -641,14 +642,18 @@ static int read_item(bt_ctx *bt, bt_path *path, uint64_t id, outbuf *o, int *sha
 static int item_payload(bt_ctx *bt, uint64_t id, outbuf *o, size_t at, int *shared)
 {
     int rc;
-    qd_info d;
-    if ((rc = qd_parse(o->data.data + at, o->data.len - at, &d)) != 0)
-        return rc;
-    if (d.hdr) {
+    if (o->data.len == at)
+        return QS_CORRUPT;
+    uint8_t tag = o->data.data[at];
+    if (tag == QD_TAG) {
+        /* an item reserved before: its plain value follows the header */
+        qd_info d;
+        if ((rc = qd_parse(o->data.data + at, o->data.len - at, &d)) != 0)
+            return rc;
         memmove(o->data.data + at, o->data.data + at + d.hdr, o->data.len - at - d.hdr);
         o->data.len -= d.hdr;
+        tag = o->data.data[at];
     }
-    uint8_t tag = o->data.data[at];
     *shared = tag == TAG_SHARED;
     if (tag == TAG_INLINE) {
         memmove(o->data.data + at, o->data.data + at + 1, o->data.len - at - 1);
@@ -1794,6 +1799,46 @@ static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remov
 /* ---- lengths and listing ------------------------------------------------- */
 
 
+/* Waits until queue key holds no item (none available, none reserved) in
+ * the caller's view, asleep on its wake-up word, which a commit that
+ * empties a queue moves. */
+static int do_join(qs_casket *c, const void *name, size_t nlen, double timeout)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && check_timeout(timeout))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    uint32_t klen = (uint32_t)nlen + 1;
+    uint64_t hash = hash_bytes(key, klen);
+    int nowait = timeout == 0 || cs_in_txn(c);
+    double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
+    for (;;) {
+        uint32_t word = qr_wait_word(cs_region(c), hash);
+        bt_ctx bt;
+        if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+            return rc;
+        qq_queue *q;
+        int64_t held = 0;
+        if ((rc = lookup(c, key, klen, &q)) == 0)
+            held = (int64_t)q->clen + (bt.wview ? q->dlen : 0);
+        cs_read_leave(c, &bt);
+        if (rc || held <= 0)
+            return rc;
+        double now = cs_now();
+        if (nowait || now >= deadline)
+            return QS_TIMEDOUT;
+        if (qr_wait(cs_region(c), hash, word, isinf(deadline) ? -1.0 : deadline - now) == EINTR) {
+            double left = deadline - cs_now();
+            wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
+            return QS_INTR;
+        }
+        if (cs_closing(c))
+            return QS_CLOSED;
+    }
+}
+
 static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
@@ -1970,6 +2015,12 @@ int qs_queue_list(qs_casket *c, qs_items **out)
 {
     int rc = cs_enter_call(c);
     return rc ? rc : cs_return(c, do_list(c, out));
+}
+
+int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_join(c, name, nlen, timeout));
 }
 
 int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,

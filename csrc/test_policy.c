@@ -267,6 +267,37 @@ static void count_is_committed_by_the_reserve(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_join: 0 once nothing is held, reserved items included. */
+static void join_waits_for_empty(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_p(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_queue_join(c, "j", 1, 0), 0);
+    CHECK_RC(qs_queue_join(c, "j", 1, NAN), QS_INVAL);
+    CHECK_RC(qs_queue_join(c, "", 0, 0), QS_INVAL);
+    CHECK_RC(qput(c, "j", "1"), 0);
+    double t0 = tc_now();
+    CHECK_RC(qs_queue_join(c, "j", 1, 0.05), QS_TIMEDOUT);
+    CHECK(tc_now() - t0 >= 0.04);
+    qs_items *it = NULL;
+    CHECK_RC(qs_queue_reserve(c, "j", 1, 0, 0, &it), 0);
+    REQUIRE(it && it->count == 1);
+    CHECK_RC(qs_queue_join(c, "j", 1, 0), QS_TIMEDOUT);    /* reserved: still held */
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(qs_queue_ack(c, "j", 1, it->ids[0], it->token), 0);
+    CHECK_RC(qs_queue_join(c, "j", 1, 5), 0);   /* the transaction's view, no wait */
+    CHECK_RC(qs_abort(c), 0);
+    CHECK_RC(qs_queue_join(c, "j", 1, 0), QS_TIMEDOUT);
+    CHECK_RC(qs_queue_ack(c, "j", 1, it->ids[0], it->token), 0);
+    CHECK_RC(qs_queue_join(c, "j", 1, 0), 0);
+    qs_items_free(it);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -275,5 +306,6 @@ int main(void)
     RUN(full_on_every_put);
     RUN(deliveries_and_dead_letters);
     RUN(count_is_committed_by_the_reserve);
+    RUN(join_waits_for_empty);
     return tc_summary();
 }

@@ -376,7 +376,7 @@ class Item(Generic[T]):
     @property
     def reason(self) -> Optional[str]:
         """The reason its last holder gave to :meth:`fail` (None when
-        none did), as :attr:`deliveries` reads it."""
+        none, or an empty one, was given), as :attr:`deliveries` reads it."""
         return self._info()[1]
 
     def __enter__(self) -> "Item[T]":
@@ -475,6 +475,22 @@ class Queue(Generic[T]):
     def put_nowait(self, payload: Any) -> int:
         """``put(payload, block=False)``."""
         return self.put(payload, False)
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the queue holds no item, none available and none
+        reserved, whoever consumes them, in any process (the standard
+        library's ``join()``, with the items' acks as ``task_done()``).
+        True when it is empty, False when timeout seconds (None: no limit)
+        passed first.  Inside a transaction it does not wait."""
+        t = _timeout_arg(True, timeout)
+        rc = lib.qs_queue_join(self._c, self._key, self._klen, t)
+        while rc == _INTR:
+            rc = lib.qs_queue_join(self._c, self._key, self._klen, _wait_left())
+        if rc == lib.QS_TIMEDOUT:
+            return False
+        if rc:
+            self._raise(rc, "join")
+        return True
 
     def config(self) -> "QueueConfig":
         """The queue's stored policy (see ``casket.queue``), as the calling

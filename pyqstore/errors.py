@@ -251,6 +251,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
                     "read-only open that may not write this region cannot follow their changes"),
     "QS_QFULL": (Full, None),
     "QS_QBOUND": (BoundError, None),
+    "QS_TIMEDOUT": (Error, None),   # join() turns it into False
 }
 
 # errno -> OSError-flavoured class; anything else is IOFailure.

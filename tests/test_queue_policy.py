@@ -388,3 +388,73 @@ def test_sigkill_holder_counts_and_dead_letters(path, kids):
         assert d.payload == b"work" and d.deliveries == 4
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------ join
+
+
+def test_join_waits_for_acks_not_just_gets(casket):
+    q = casket.queue("a")
+    assert q.join(timeout=0) is True            # empty already
+    q.put_many([b"1", b"2"])
+    assert q.join(timeout=0.05) is False
+    q.get()
+    it = q.reserve()
+    assert len(q) == 0
+    assert q.join(timeout=0.05) is False        # a reserved item is still held
+    done = []
+    th = threading.Thread(target=lambda: done.append(q.join(timeout=10)))
+    th.start()
+    time.sleep(0.05)
+    assert not done
+    it.ack()
+    th.join(10)
+    assert done == [True]
+
+
+def test_join_inside_a_transaction_does_not_wait(casket):
+    q = casket.queue("a")
+    q.put(b"1")
+    with casket.transaction():
+        t = time.monotonic()
+        assert q.join(timeout=5) is False
+        assert time.monotonic() - t < 2
+        q.get()
+        assert q.join() is True                 # the transaction's view
+
+
+def test_join_bad_timeout(casket):
+    with pytest.raises(ValueError, match="timeout"):
+        casket.queue("a").join(timeout=-1)
+    with pytest.raises(TypeError, match="timeout"):
+        casket.queue("a").join(timeout="1")
+
+
+def _drain_later(conn, path, delay):
+    c = pyqstore.open(path, sync=False)
+    q = c.queue("j")
+    conn.send("ready")
+    time.sleep(delay)
+    while True:
+        try:
+            q.reserve(timeout=0).ack()
+        except pyqstore.Empty:
+            break
+    conn.send("drained")
+    c.close()
+
+
+def test_join_across_processes(path, kids):
+    c = pyqstore.open(path, "n", sync=False)
+    try:
+        q = c.queue("j")
+        q.put_many([b"x"] * 50)
+        p, conn = kids.start(_drain_later, path, 0.2)
+        assert recv(conn, p) == "ready"
+        t = time.monotonic()
+        assert q.join(timeout=30) is True
+        assert time.monotonic() - t >= 0.1
+        assert recv(conn, p) == "drained"
+        assert len(q) == 0
+    finally:
+        c.close()
