@@ -1664,19 +1664,24 @@ typedef struct fail_args {
 } fail_args;
 
 /* A release that records the holder's reason in the item's delivery
- * header (the release itself takes effect at once, as release_fn's). */
+ * header (the release itself takes effect at once, as release_fn's).  The
+ * reservation is checked and the record rewritten before the release,
+ * which then cannot fail: a failed rewrite releases nothing. */
 static int fail_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     fail_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
-    int rc = release_fn(c, ubt, &a->rel);
+    qq_queue *q;
+    size_t mi;
+    int rc = lookup_live(c, a->rel.key, a->rel.klen, &q);
     if (rc)
         return rc;
-    qq_queue *q;
+    if (find_mark(q, a->rel.id, a->rel.token, &mi) != 0 &&
+        (rc = find_shared(c, q, a->rel.id, a->rel.token)) != 0)
+        return rc;
     bt_path path;
     bt_buf v = {0}, nv = {0};
-    if ((rc = lookup(c, a->rel.key, a->rel.klen, &q)) == 0 &&
-        (rc = seek_exact(&bt, q->key, q->klen, a->rel.id, &path)) == 0 &&
+    if ((rc = seek_exact(&bt, q->key, q->klen, a->rel.id, &path)) == 0 &&
         (rc = bt_read(&bt, &path, NULL, &v, 0, NULL)) == 0) {
         qd_info d;
         if ((rc = qd_parse(v.data, v.len, &d)) == 0 &&
@@ -1687,7 +1692,7 @@ static int fail_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     }
     free(v.data);
     free(nv.data);
-    return rc;
+    return rc ? rc : release_fn(c, ubt, &a->rel);
 }
 
 static int do_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
