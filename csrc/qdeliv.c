@@ -51,7 +51,8 @@ int qd_build(bt_buf *out, const uint8_t *v, size_t len, uint32_t count, const ui
     p[5] = (uint8_t)reason_len;
     p[6] = (uint8_t)(reason_len >> 8);
     /* reason may point into v, and v may not overlap out: the caller's */
-    memmove(p + QD_FIXED, reason, reason_len);
+    if (reason_len)
+        memmove(p + QD_FIXED, reason, reason_len);
     memmove(p + QD_FIXED + reason_len, v + in.hdr, plain);
     out->len += need;
     return 0;

@@ -39,6 +39,7 @@ __all__ = [
     "Empty",
     "Full",
     "BoundError",
+    "TimedOut",
     "Interrupted",
     "FileNotFound",
     "PermissionDenied",
@@ -186,6 +187,12 @@ class BoundError(Error, ValueError):
     the queue holds now (QS_QBOUND): the stored config is unchanged."""
 
 
+class TimedOut(Error):
+    """A wait with a timeout ended first (QS_TIMEDOUT: ``Queue.join``
+    returns False for it rather than raising).  Not a TimeoutError, which
+    is an OSError: nothing failed in the system."""
+
+
 class Interrupted(StorageError, builtins.InterruptedError):
     """A wait was ended by a signal with nothing taken.  Queue methods do
     not raise it: they let the signal's handler run (and raise, as
@@ -251,7 +258,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
                     "read-only open that may not write this region cannot follow their changes"),
     "QS_QFULL": (Full, None),
     "QS_QBOUND": (BoundError, None),
-    "QS_TIMEDOUT": (Error, None),   # join() turns it into False
+    "QS_TIMEDOUT": (TimedOut, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOFailure.
