@@ -80,6 +80,10 @@ LAYERS = {
     "queue.c": "queue",
     "qorder.h": "queue",
     "qorder.c": "queue",
+    "qconf.h": "queue",
+    "qconf.c": "queue",
+    "qdeliv.h": "queue",
+    "qdeliv.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "leak_seed.c": "top",
@@ -106,6 +110,8 @@ PREFIXES = {
     "qa_": "queue",
     "qs_aio_": "queue",
     "qo_": "queue",
+    "qc_": "queue",
+    "qd_": "queue",
     "qs_queue_": "queue",
 }
 

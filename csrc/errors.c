@@ -41,6 +41,9 @@ static const char *const err_text[] = {
     [ERR_INDEX(QS_NOATTACH)] =
         "other processes have the casket open and this one may not write its region "
         "NAME-shm, which a read-only open needs to follow their changes",
+    [ERR_INDEX(QS_QFULL)] = "queue is full (it holds its maxsize items)",
+    [ERR_INDEX(QS_QBOUND)] = "maxsize is below the number of items the queue holds",
+    [ERR_INDEX(QS_TIMEDOUT)] = "timed out: the queue still holds items",
 };
 
 _Static_assert(sizeof err_text / sizeof err_text[0] == ERR_INDEX(QS_LAST_ERRCODE) + 1,

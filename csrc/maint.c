@@ -530,7 +530,7 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     READ_ENTER(c, &bt);
     pg_meta *m = pg_meta_of(&c->pg, bt.wview);
     st->page_size = PG_SIZE;
-    st->format_version = QS_FORMAT_VERSION;
+    st->format_version = c->pg.version;
     st->pages = m->npages;
     st->free_pages = m->free_count;
     bt_total(&bt, &st->records);

@@ -212,6 +212,7 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
     p->budget = budget_pages < 64 ? 64 : budget_pages;
     p->checkpoint_bytes = checkpoint_bytes;
     p->log_end = PG_SIZE;
+    p->version = QS_FORMAT_VERSION;     /* until page 0 says otherwise */
     uint8_t *page = malloc(PG_SIZE);
     if (!page)
         return QS_NOMEM;
@@ -219,6 +220,7 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
     if (create) {
         memset(&p->meta, 0, sizeof p->meta);
         p->meta.npages = 1;
+        p->version = QS_FORMAT_VERSION;
         build_header(page, &p->meta);
         if ((rc = pwrite_page(fd, page, 0)) != 0)
             goto fail;
@@ -238,7 +240,12 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
         }
         if (wal_page_verify(page, 0) != 0)
             page0_bad = 1;  /* maybe torn by a checkpoint; the log may save us */
-        else if (rd32(page + HDR_VERSION) != QS_FORMAT_VERSION) {
+        else if ((p->version = rd32(page + HDR_VERSION)) < QS_FORMAT_VERSION_MIN ||
+                 p->version > QS_FORMAT_VERSION) {
+            snprintf(p->damage, sizeof p->damage,
+                     "format version %u; this build reads versions %u to %u "
+                     "(a newer pyqstore may read it)", (unsigned)p->version,
+                     (unsigned)QS_FORMAT_VERSION_MIN, (unsigned)QS_FORMAT_VERSION);
             rc = QS_VERSION;
             goto fail;
         } else if (rd32(page + HDR_PAGESIZE) != PG_SIZE) {
@@ -276,8 +283,8 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
                     wal_describe(&rec, p->damage, sizeof p->damage);
                 goto fail;
             }
-        } else if (rc != QS_CORRUPT && rc != QS_VERSION)
-            goto fail;
+        } else if (rc != QS_CORRUPT)
+            goto fail;  /* QS_VERSION: a newer log; dropping it would lose commits */
         rc = 0;
     }
     if (log_ok) {
@@ -312,8 +319,13 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
         /* The recovered frames may still sit only in the page cache (the
          * writer was killed, the machine was not): make them durable before
          * the main file takes their pages. */
-        if (p->logidx.len && ((rc = wal_sync(&p->log)) != 0 || (rc = pg_checkpoint_copy(p)) != 0))
+        /* An older version's page 0 is rewritten as this one (its records
+         * are all valid in this version) before the log is restarted, so
+         * nothing of this version is written under the old number. */
+        if ((p->logidx.len || p->version != QS_FORMAT_VERSION) &&
+            ((rc = wal_sync(&p->log)) != 0 || (rc = pg_checkpoint_copy(p)) != 0))
             goto fail;
+        p->version = QS_FORMAT_VERSION;
         if ((rc = pg_checkpoint_finish(p, PG_SIZE)) != 0)
             goto fail;
         /* Zero-fill the first stretch of log now, under the sync that open

@@ -69,7 +69,11 @@ typedef struct pager {
     int reload;                 /* the next pg_refresh rereads page 0 and the
                                    log whatever the salt */
     char damage[160];           /* why pg_open found the log damaged
-                                   (QS_CORRUPT); kept after the failure */
+                                   (QS_CORRUPT) or the version unreadable
+                                   (QS_VERSION); kept after the failure */
+    uint32_t version;           /* format version of page 0 as opened (a
+                                   read-write open rewrites it as
+                                   QS_FORMAT_VERSION) */
     pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
     uint8_t **cw_pages;
     size_t cw_cap;

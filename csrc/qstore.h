@@ -155,7 +155,13 @@ enum {
                                casket open and this one may not write its
                                region NAME-shm, so it cannot follow their
                                commits */
-    QS_LAST_ERRCODE = -32020
+    QS_QFULL = -32021,      /* qs_queue_put*: the queue holds its maxsize
+                               (qs_queue_config) items; nothing was put */
+    QS_QBOUND = -32022,     /* qs_queue_config_set: the new maxsize is below
+                               the items the queue holds now */
+    QS_TIMEDOUT = -32023,   /* qs_queue_join: the queue still held items
+                               when the timeout passed */
+    QS_LAST_ERRCODE = -32023
 };
 
 enum {
@@ -163,7 +169,12 @@ enum {
     QS_MAX_QUEUE_NAME = 4096,       /* bytes */
     QS_MAX_VALUE = 1073741824,      /* 1 GiB */
     QS_PAGE_SIZE = 4096,
-    QS_FORMAT_VERSION = 1
+    /* 2: queue configs ('m'), delivery counts (item tag 2), dedup keys
+     * ('k') -- issue 13.  A version-1 casket is read as is read-only and
+     * converted by a read-write open (its page 0 and log header rewritten
+     * as version 2 before anything is written); above 2 is QS_VERSION. */
+    QS_FORMAT_VERSION = 2,
+    QS_FORMAT_VERSION_MIN = 1       /* the oldest version this build opens */
 };
 
 /* Open flags (qs_options.flag), as in the dbm module: "r" "w" "c" "n". */
@@ -197,7 +208,7 @@ typedef struct qs_options {
 
 typedef struct qs_stat {
     uint32_t page_size;
-    uint32_t format_version;
+    uint32_t format_version;  /* of the file as this handle opened it */
     uint64_t pages;          /* pages in the casket, header included */
     uint64_t free_pages;     /* pages on the free list */
     uint64_t records;        /* records in the user namespace, each
@@ -248,7 +259,11 @@ void qs_options_init(qs_options *opts);
  *   QS_NOTCASKET not a casket (also an existing empty file with flag
  *                CREATE: only NEW overwrites it)
  *   QS_VERSION, QS_CORRUPT  a casket we cannot read, a damaged one
- *                (qs_open_detail names a damaged log frame)
+ *                (qs_open_detail names a damaged log frame; for QS_VERSION
+ *                the file's version and the newest this build reads).  A
+ *                version-1 casket opened read-write is converted to
+ *                QS_FORMAT_VERSION during the open (durably, before the
+ *                open returns); read-only it is read unchanged
  *   QS_LOCKED    after lock_timeout; also while read-only handles without
  *                a region have it open, and at once for flag NEW while
  *                other handles have it open (qs_open_detail says how many,
@@ -681,7 +696,9 @@ void qs_items_free(qs_items *items);
 
 /* Appends one item to queue name; *id (may be NULL) gets its id.
  * @return 0, or QS_INVAL (a bad name, val NULL with vlen > 0), QS_TOOBIG
- *         (a payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ *         (a payload over QS_MAX_VALUE - 1 bytes), QS_QFULL (a bounded
+ *         queue holding its maxsize items, qs_queue_config: a refusal, it
+ *         never waits; see qs_queue_put_wait), HANDLE, WRITE, STORAGE
  * @fail   *id untouched. */
 int qs_queue_put(qs_casket *c, const void *name, size_t nlen,
                  const void *val, size_t vlen, uint64_t *id);
@@ -708,6 +725,20 @@ void qs_queue_free(qs_queue *q);
  *         as -e) */
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
 
+/* qs_queue_put_id that waits for room when q is a bounded queue holding its
+ * maxsize items (qs_queue_config): up to timeout seconds (< 0: no limit,
+ * 0: not at all), asleep on the queue's wake-up word, which any process's
+ * commit that removes items of a bounded queue (get, ack, clear) or widens
+ * its bound moves.  Inside the caller's transaction it never waits (the
+ * consumers would need the write lock it holds).
+ * @return the id, or what qs_queue_put_id returns, or QS_QFULL (still no
+ *         room when the time was up; nothing put), QS_INVAL (also timeout
+ *         NaN), QS_INTR (a signal handler ran while it waited: nothing put;
+ *         qs_queue_wait_left says how long was left), QS_CLOSED (the
+ *         casket closed while it waited)
+ * @fail   nothing put. */
+int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout);
+
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,
@@ -715,7 +746,8 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
  * changing anything.  n 0 adds nothing and returns 0 (*first_id 0).
  * @return 0, or QS_INVAL (a bad name, lens NULL with n > 0, vals NULL with
  *         vals_len > 0, lengths not adding up to vals_len), QS_TOOBIG (a
- *         payload over QS_MAX_VALUE - 1 bytes), HANDLE, WRITE, STORAGE
+ *         payload over QS_MAX_VALUE - 1 bytes), QS_QFULL (a bounded queue
+ *         without room for all n: none is added), HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added. */
 int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
                       const void *vals, size_t vals_len, const uint32_t *lens,
@@ -731,7 +763,8 @@ int qs_queue_put_many(qs_casket *c, const void *name, size_t nlen, size_t n,
  * (nothing is stored: the caller may then pack the batch another way),
  * QS_TOOBIG for a payload over QS_MAX_VALUE - 1 bytes.
  * @return 0, or QS_INVAL (a bad name, frames NULL with frames_len > 0, a
- *         bad record as above), QS_TOOBIG, HANDLE, WRITE, STORAGE
+ *         bad record as above), QS_TOOBIG, QS_QFULL (as qs_queue_put_many),
+ *         HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added. */
 enum { QS_FRAME_BYTES = 0x73 };   /* marshal's TYPE_STRING, "s" */
 int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
@@ -742,7 +775,8 @@ int qs_queue_put_framed(qs_casket *c, const void *name, size_t nlen, size_t n,
  * payload's storage is freed when the last queue has consumed its reference.
  * @return 0, or QS_INVAL (nnames 0, names or noff NULL, val NULL with
  *         vlen > 0, a bad name, a name given twice), QS_TOOBIG (a payload
- *         over QS_MAX_VALUE bytes), HANDLE, WRITE, STORAGE
+ *         over QS_MAX_VALUE bytes), QS_QFULL (one of the queues is a full
+ *         bounded queue), HANDLE, WRITE, STORAGE
  * @fail   *id untouched; no queue changed. */
 int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint64_t *noff,
                      const void *val, size_t vlen, uint64_t *id);
@@ -1056,6 +1090,99 @@ void qs_aio_stats(qs_aio_stat *st);
  * ignored.  Collected or not, its fired ids are gone.  In a forked child
  * it only closes the copy's descriptor and frees. */
 void qs_aio_close(qs_aio *a);
+
+/* Waits until queue name holds no item: none available and none reserved
+ * (the standard library's Queue.join), whoever consumes them, in any
+ * process: asleep on the queue's wake-up word, which a commit that leaves
+ * a queue empty moves.  timeout < 0: no limit; inside the caller's
+ * transaction it does not wait (it looks at the transaction's view).
+ * @return 0 (empty), or QS_TIMEDOUT (items still held when the time was
+ *         up), QS_INVAL (a bad name, timeout NaN), QS_INTR (a signal
+ *         handler ran while it waited; qs_queue_wait_left says how long was
+ *         left), QS_CLOSED (the casket closed meanwhile), HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED */
+int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout);
+
+/* ---- deliveries -------------------------------------------------------------
+ *
+ * Every reserve (qs_queue_reserve, qs_queue_reserve_many, and the reserve a
+ * codec queue's get makes in the binding) counts one delivery of each item
+ * it hands out, in the item's record: outside a transaction the count is
+ * part of the reserve's own commit, so it is durable when the reserve
+ * returns (with sync on) and a crash or a killed holder after it keeps it.
+ * Inside a transaction it is part of that transaction (an abort undoes the
+ * count with the reserve).  A queue whose config (below) has
+ * max_deliveries N moves an item that was reserved N times to its
+ * dead-letter queue, with its id, count and last reason, instead of handing
+ * it out again: the take (get or reserve) that reaches it moves it, in the
+ * same commit.  The dead-letter queue's maxsize does not stop the move. */
+
+/* qs_queue_release that also records why the holder failed the item
+ * (reason, up to QD_MAX_REASON = 1024 bytes; rlen 0: an empty reason), kept
+ * with its delivery count and seen by whoever reads it later
+ * (qs_queue_item_info), also in the dead-letter queue.  The release takes
+ * effect at once, as qs_queue_release's; the reason is a write in the
+ * caller's transaction, if any.
+ * @return 0, or what qs_queue_release returns, QS_INVAL (also reason NULL
+ *         with rlen > 0, rlen over 1024)
+ * @fail   nothing released, no reason stored. */
+int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
+                  const void *reason, size_t rlen);
+
+/* Item id of queue name in the caller's view: *deliveries = how often it was
+ * reserved; *reason (reason may be NULL to skip it) = a new buffer holding
+ * the last fail reason, the caller's to qs_free, NULL when none (or an
+ * empty one) was given (*rlen its length).
+ * @return 0, or QS_NOTFOUND (no such item in that queue), QS_INVAL
+ *         (deliveries NULL, reason without rlen, a bad name), QS_NOMEM,
+ *         HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *deliveries 0, *reason NULL, *rlen 0. */
+int qs_queue_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                       uint32_t *deliveries, void **reason, size_t *rlen);
+
+/* ---- queue policy ----------------------------------------------------------
+ *
+ * A queue's config is a record of the casket (format version 2), so every
+ * handle in every process applies the same policy, and setting it is a
+ * write like a put: inside the caller's transaction it is part of it, an
+ * abort restores the previous config.  A queue without one has the
+ * defaults (all zero: unbounded, no delivery limit, no dead-letter queue,
+ * no dedup window).  Handles cache it per queue and reread it when another
+ * handle committed, so puts and gets do not read it. */
+typedef struct qs_queue_config {
+    uint64_t maxsize;           /* items the queue may hold, reserved ones
+                                   included; 0: no bound */
+    uint32_t max_deliveries;    /* reserves of an item without an ack before
+                                   it is dead-lettered; 0: no limit */
+    double dedup_window;        /* seconds a dedup key is remembered after
+                                   its put; 0: while its item is queued */
+    const void *dead_letter;    /* name of the dead-letter queue, NULL: none */
+    size_t dead_letter_len;     /* its length in bytes */
+} qs_queue_config;
+
+/* Replaces the config of queue `name` with *cfg (all fields; a config
+ * equal to the defaults removes the record).  A queue need not exist.
+ * A maxsize below the items the queue holds now (available, reserved)
+ * is refused: the bound would be broken at once, and nothing is dropped
+ * to meet it.
+ * @return 0, or QS_INVAL (cfg NULL, a bad name, dedup_window negative,
+ *         NaN or infinite, a bad dead_letter name, dead_letter equal to
+ *         name, one of dead_letter and max_deliveries without the other),
+ *         QS_QBOUND (maxsize
+ *         below the queue's items in the caller's view), QS_READONLY,
+ *         HANDLE, WRITE, STORAGE
+ * @fail   the stored config unchanged; QS_INVAL and QS_QBOUND are refusals
+ *         (the transaction goes on). */
+int qs_queue_config_set(qs_casket *c, const void *name, size_t nlen,
+                        const qs_queue_config *cfg);
+
+/* *cfg = the config of queue `name` in the caller's view (the defaults when
+ * none was set).  cfg->dead_letter, when not NULL, is a new buffer the
+ * caller frees with qs_free.
+ * @return 0, or QS_INVAL (cfg NULL, a bad name), QS_NOMEM, HANDLE, STORAGE,
+ *         SNAPSHOT, DEFERRED
+ * @fail   *cfg zeroed (untouched when cfg is NULL). */
+int qs_queue_config_get(qs_casket *c, const void *name, size_t nlen, qs_queue_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,8 @@
 #include "qaio.h"
 #include "qres.h"
 #include "qorder.h"
+#include "qconf.h"
+#include "qdeliv.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -61,6 +63,8 @@ typedef struct qq_queue {
     struct qq_queue *hnext;     /* hash chain */
     struct qq_queue *tnext;     /* touched by the open transaction */
     int touched, txn_put, txn_took;
+    int txn_conf;               /* the open transaction set its config */
+    qc_conf conf;               /* its stored config, read with clen */
     uint8_t *key;               /* "q" + name */
     uint32_t klen;
     uint64_t hash;
@@ -104,6 +108,7 @@ static uint64_t hash_bytes(const uint8_t *p, size_t n)
 
 static void queue_free(qq_queue *q)
 {
+    qc_clear(&q->conf);
     free(q->key);
     free(q->m);
     free(q);
@@ -187,8 +192,10 @@ static void sweep_idle(qq_registry *r)
         }
 }
 
-/* Records of key in the committed tree. */
-static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint64_t *n)
+/* Records of key in the committed tree, and the queue's config there
+ * (read together: both change only by commits, ours or others'). */
+static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint64_t *n,
+                           qc_conf *conf)
 {
     bt_ctx bt = {cs_pager(c), 0, NS_QUEUE};
     bt_key lo = {key, klen, 0}, hi = {key, klen, UINT64_MAX};
@@ -196,6 +203,10 @@ static int committed_count(qs_casket *c, const uint8_t *key, uint32_t klen, uint
     int rc = bt_rank(&bt, &lo, &a);
     if (rc == 0 && (rc = bt_rank(&bt, &hi, &b)) == 0)
         *n = b - a;
+    if (rc == 0) {
+        qc_clear(conf);
+        rc = qc_read(&bt, key + 1, klen - 1, conf);
+    }
     return rc;
 }
 
@@ -204,7 +215,7 @@ static int count_queue(qs_casket *c, qq_queue *q)
 {
     bt_ctx bt = {cs_pager(c), 0, NS_QUEUE};
     uint64_t extra;
-    int rc = committed_count(c, q->key, q->klen, &q->clen);
+    int rc = committed_count(c, q->key, q->klen, &q->clen, &q->conf);
     if (rc == 0 && (rc = qo_count(&bt, q->key, q->klen, &q->order, &extra)) == 0)
         q->clen += extra;
     return rc;
@@ -491,8 +502,14 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
         qo_txn_end(&q->order, committed);
         recompute_deadline(q);
-        if ((committed && q->txn_put) || (!committed && (q->txn_took || back)))
+        /* A bounded queue's producers wait on the same word for room, and
+         * qs_queue_join's callers for an empty queue. */
+        if ((committed && (q->txn_put || (q->txn_took && (q->conf.maxsize || !q->clen)))) ||
+            (!committed && (q->txn_took || back)))
             wake(c, q);
+        if (!committed && q->txn_conf)
+            q->epoch = r->epoch - 1;    /* reread the config it had */
+        q->txn_conf = 0;
         q->dlen = 0;
         q->touched = q->txn_put = q->txn_took = 0;
         q->tnext = NULL;
@@ -504,7 +521,7 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
 static int qq_refused(int rc)
 {
     return rc == QS_NOTRESERVED || rc == QS_RESFULL || rc == QS_TOOBIG || rc == QS_INVAL ||
-           rc == QS_NOTFOUND;
+           rc == QS_NOTFOUND || rc == QS_QFULL || rc == QS_QBOUND;
 }
 
 static const cs_layer qq_layer = {
@@ -655,6 +672,15 @@ static int item_payload(bt_ctx *bt, uint64_t id, outbuf *o, size_t at, int *shar
     if (o->data.len == at)
         return QS_CORRUPT;
     uint8_t tag = o->data.data[at];
+    if (tag == QD_TAG) {
+        /* an item reserved before: its plain value follows the header */
+        qd_info d;
+        if ((rc = qd_parse(o->data.data + at, o->data.len - at, &d)) != 0)
+            return rc;
+        memmove(o->data.data + at, o->data.data + at + d.hdr, o->data.len - at - d.hdr);
+        o->data.len -= d.hdr;
+        tag = o->data.data[at];
+    }
     *shared = tag == TAG_SHARED;
     if (tag == TAG_INLINE) {
         memmove(o->data.data + at, o->data.data + at + 1, o->data.len - at - 1);
@@ -668,6 +694,25 @@ static int item_payload(bt_ctx *bt, uint64_t id, outbuf *o, size_t at, int *shar
     if ((rc = seek_exact(bt, KEY_PAYLOAD, 1, id, &pp)) != 0)
         return rc;
     return bt_read(bt, &pp, NULL, &o->data, 0, NULL);
+}
+
+/* Whether an item value (any tag) refers to a shared payload. */
+static int value_shared(const uint8_t *v, size_t len)
+{
+    qd_info d;
+    return qd_parse(v, len, &d) == 0 && len == d.hdr + 1 && v[d.hdr] == TAG_SHARED;
+}
+
+/* Replaces the value of item id of the run keyed rkey (the plain run or a
+ * priority run, qorder.h), at path, with v (path is not valid afterwards). */
+static int rewrite_item(bt_ctx *bt, const uint8_t *rkey, uint32_t rklen, bt_path *path,
+                        uint64_t id, const bt_buf *v)
+{
+    int rc = bt_delete(bt, path);
+    bt_key pk = {rkey, rklen, id};
+    if (rc == 0 && (rc = bt_seek(bt, &pk, path)) == QS_NOTFOUND)
+        rc = 0;
+    return rc ? rc : bt_insert(bt, path, &pk, v->data, v->len);
 }
 
 /* One queue consumed its reference to shared payload id. */
@@ -742,6 +787,14 @@ typedef struct put_args {
 
 #define PUT_CHUNK 1024          /* items between spill checks */
 
+/* Whether a bounded queue holds room for n more items: its maxsize counts
+ * every item of the tree in the writer's view, reserved ones included. */
+static int has_room(const qq_queue *q, uint64_t n)
+{
+    uint64_t held = (uint64_t)((int64_t)q->clen + q->dlen);
+    return held <= q->conf.maxsize && n <= q->conf.maxsize - held;
+}
+
 static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     put_args *a = arg;
@@ -750,6 +803,8 @@ static int put_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     int rc = lookup(c, a->key, a->klen, &q);
     if (rc)
         return rc;
+    if (q->conf.maxsize && !has_room(q, a->n))
+        return QS_QFULL;
     uint64_t id = pg_alloc_ids(bt.p, a->n);
     a->first_id = id;
     bt_vals v = a->vals;
@@ -937,9 +992,43 @@ int qs_queue_new(qs_casket *c, const void *name, size_t nlen, qs_queue **out)
 
 void qs_queue_free(qs_queue *q) { free(q); }
 
-int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
+/* What was left of the timeout of this thread's last wait that a signal
+ * ended (qs_queue_wait_left). */
+static _Thread_local double wait_left;
+
+/* The put of qs_queue_put_wait: waits for room in a bounded queue asleep
+ * on its wake-up word, which a commit that consumed items of a bounded
+ * queue moves (take_wait's scheme, turned around). */
+static int put_wait(qs_casket *c, const uint8_t *key, uint32_t klen, bt_vals v, double timeout,
+                    uint64_t *id)
 {
-    if (!q || (!val && vlen))
+    int nowait = timeout == 0 || cs_in_txn(c);
+    double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
+    uint64_t hash = hash_bytes(key, klen);
+    for (;;) {
+        /* read before the look: a commit after it moves the word */
+        uint32_t word = qr_wait_word(cs_region(c), hash);
+        int rc = put_key(c, key, klen, 1, v, id);
+        if (rc != QS_QFULL || nowait)
+            return rc;
+        double now = cs_now();
+        if (now >= deadline)
+            return QS_QFULL;
+        if (qr_wait(cs_region(c), hash, word, isinf(deadline) ? -1.0 : deadline - now) == EINTR) {
+            double left = deadline - cs_now();
+            wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
+            return QS_INTR;
+        }
+        if (cs_closing(c))
+            return QS_CLOSED;
+    }
+}
+
+/* One put on q, as qs_queue_put_id returns it; wait: qs_queue_put_wait's
+ * waiting for room (a branch, so the plain put pays nothing for it). */
+static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout)
+{
+    if (!q || (!val && vlen) || isnan(timeout))
         return QS_INVAL;
     if (vlen > (size_t)QS_MAX_VALUE - 1)
         return QS_TOOBIG;
@@ -948,7 +1037,8 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
         uint32_t len = (uint32_t)vlen;
         bt_vals v = {val, &len, 0};
         uint64_t id = 0;
-        rc = put_key(q->c, q->key, q->klen, 1, v, &id);
+        rc = wait ? put_wait(q->c, q->key, q->klen, v, timeout, &id)
+                  : put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
         if (rc == 0)
             return (int64_t)id;
@@ -963,6 +1053,94 @@ int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash)
     if (rc == 0)
         *hash = hash_bytes(key, (uint32_t)nlen + 1);
     return rc;
+}
+
+int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
+{
+    return put_one(q, val, vlen, 0, 0);
+}
+
+int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout)
+{
+    return put_one(q, val, vlen, 1, timeout);
+}
+
+/* ---- config ---------------------------------------------------------------- */
+
+typedef struct conf_args {
+    const uint8_t *key;
+    uint32_t klen;
+    const qs_queue_config *cfg;
+} conf_args;
+
+static int conf_set_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    conf_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    int rc = lookup(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    if (a->cfg->maxsize && (uint64_t)((int64_t)q->clen + q->dlen) > a->cfg->maxsize)
+        return QS_QBOUND;
+    qc_conf fresh = {a->cfg->maxsize, a->cfg->max_deliveries, a->cfg->dedup_window, NULL,
+                     (uint32_t)a->cfg->dead_letter_len};
+    if (fresh.dllen && !(fresh.dl = malloc(fresh.dllen)))
+        return QS_NOMEM;
+    if (fresh.dllen)
+        memcpy(fresh.dl, a->cfg->dead_letter, fresh.dllen);
+    if ((rc = qc_write(&bt, a->key + 1, a->klen - 1, a->cfg)) != 0) {
+        qc_clear(&fresh);
+        q->txn_conf = 1;    /* the record may be half changed: reread at abort */
+        touch(c, q);
+        return rc;
+    }
+    qc_clear(&q->conf);
+    q->conf = fresh;
+    q->txn_conf = 1;
+    touch(c, q);
+    /* a wider bound may let waiting producers in */
+    q->txn_took = 1;
+    return 0;
+}
+
+static int do_config_set(qs_casket *c, const void *name, size_t nlen, const qs_queue_config *cfg)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && !cfg)
+        rc = QS_INVAL;
+    if (rc == 0)
+        rc = qc_check(key + 1, nlen, cfg);
+    if (rc)
+        return rc;
+    conf_args a = {key, (uint32_t)nlen + 1, cfg};
+    return cs_write(c, conf_set_fn, &a);
+}
+
+static int do_config_get(qs_casket *c, const void *name, size_t nlen, qs_queue_config *cfg)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!cfg)
+        return QS_INVAL;
+    memset(cfg, 0, sizeof *cfg);
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    qc_conf got;
+    rc = qc_read(&bt, key + 1, nlen, &got);
+    cs_read_leave(c, &bt);
+    if (rc)
+        return rc;
+    cfg->maxsize = got.maxsize;
+    cfg->max_deliveries = got.max_deliveries;
+    cfg->dedup_window = got.dedup_window;
+    cfg->dead_letter = got.dl;      /* the caller's now */
+    cfg->dead_letter_len = got.dllen;
+    return 0;
 }
 
 /* ---- publish ------------------------------------------------------------- */
@@ -980,9 +1158,20 @@ static int publish_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     pub_args *a = arg;
     bt_ctx bt = queue_ctx(ubt);
-    uint64_t id = pg_alloc_ids(bt.p, 1);
     uint8_t key[QS_MAX_QUEUE_NAME + 1], ref = TAG_SHARED, cnt[8];
     int rc = 0;
+    /* A full bounded queue refuses the whole fan-out before any change. */
+    for (size_t i = 0; i < a->n && rc == 0; i++) {
+        size_t nlen = a->noff[i + 1] - a->noff[i];
+        qq_queue *q;
+        make_key(a->names + a->noff[i], nlen, key);
+        if ((rc = lookup(c, key, (uint32_t)nlen + 1, &q)) == 0 && q->conf.maxsize &&
+            !has_room(q, 1))
+            rc = QS_QFULL;
+    }
+    if (rc)
+        return rc;
+    uint64_t id = pg_alloc_ids(bt.p, 1);
     for (size_t i = 0; i < a->n && rc == 0; i++) {
         size_t nlen = a->noff[i + 1] - a->noff[i];
         qq_queue *q;
@@ -1053,6 +1242,7 @@ typedef struct take_args {
     uint32_t word;          /* the word before the take looked */
     uint64_t next_due;      /* the first delayed item left falls due then
                                (qo_now_ns's clock), 0: none */
+    int moved;              /* items it moved to a dead-letter queue */
 } take_args;
 
 /* Moves q's delayed items that fell due into their runs; *next_due gets
@@ -1078,6 +1268,62 @@ static int remove_item(bt_ctx *bt, bt_path *path, uint64_t id, int shared, int *
         *kept = 0;
         rc = unref(bt, id);
     }
+    return rc;
+}
+
+/* Moves item (q, id), at path in q's run `run`, whose value v is, to q's
+ * dead-letter queue's plain run, keeping its id and its value (delivery
+ * count and reason; not its priority). */
+static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *path,
+                       uint64_t id, const uint8_t *v, size_t len)
+{
+    uint8_t dkey[QS_MAX_QUEUE_NAME + 1];
+    qq_queue *d;
+    int rc = make_key(q->conf.dl, q->conf.dllen, dkey);
+    if (rc == 0)
+        rc = lookup(c, dkey, q->conf.dllen + 1, &d);
+    if (rc == 0)
+        rc = bt_delete(bt, path);
+    bt_key pk = {d->key, d->klen, id};
+    if (rc == 0 && (rc = bt_seek(bt, &pk, path)) == QS_NOTFOUND)
+        rc = 0;
+    if (rc == 0)
+        rc = bt_insert(bt, path, &pk, v, len);
+    if (rc)
+        return rc;
+    q->dlen--;
+    if (run != QO_MAIN)
+        q->order.dprio--;
+    q->txn_took = 1;
+    d->dlen++;
+    d->txn_put = 1;
+    touch(c, q);
+    touch(c, d);
+    return 0;
+}
+
+/* The delivery an item's take is: an item reserved max_deliveries times
+ * goes to the dead-letter queue instead (*moved 1); a reserve counts one
+ * more delivery in the item's record (the path is then not valid).  v is
+ * the item's value as read. */
+static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_path *path,
+                   uint64_t id, int reserve, const uint8_t *v, size_t len, int *moved)
+{
+    qd_info d;
+    int rc = qd_parse(v, len, &d);
+    *moved = 0;
+    if (rc)
+        return rc;
+    if (q->conf.max_deliveries && d.count >= q->conf.max_deliveries) {
+        *moved = 1;
+        return dead_letter(c, bt, q, run->run, path, id, v, len);
+    }
+    if (!reserve)
+        return 0;
+    bt_buf nv = {0};
+    if ((rc = qd_build(&nv, v, len, d.count == UINT32_MAX ? d.count : d.count + 1, NULL, 0)) == 0)
+        rc = rewrite_item(bt, run->key, run->klen, path, id, &nv);
+    free(nv.data);
     return rc;
 }
 
@@ -1149,6 +1395,19 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             kept = 1;
             continue;
         }
+        if (a->reserve || q->conf.max_deliveries) {
+            int moved;
+            if ((rc = deliver(c, &bt, q, &run, &path, id, a->reserve, a->out.data.data + at,
+                              a->out.data.len - at, &moved)) != 0)
+                break;
+            if (moved) {
+                a->moved++;
+                a->out.data.len = at;
+                from = id + 1;
+                kept = 0;
+                continue;
+            }
+        }
         if ((rc = item_payload(&bt, id, &a->out, at, &shared)) != 0)
             break;
         out_end(&a->out, id);
@@ -1173,14 +1432,13 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if (((a->out.n) & 1023) == 0 && (rc = pg_trim(bt.p, 1)) != 0)
             break;
     }
-    if (rc == QS_NOTFOUND && a->out.n > 0)
+    /* moves to a dead-letter queue are committed even when nothing is
+     * left to hand out (take_wait then reports an empty queue) */
+    if (rc == QS_NOTFOUND && (a->out.n > 0 || a->moved))
         rc = 0;
     return rc;
 }
 
-/* What was left of the timeout of this thread's last wait that a signal
- * ended (qs_queue_wait_left). */
-static _Thread_local double wait_left;
 
 double qs_queue_wait_left(void) { return wait_left; }
 
@@ -1193,7 +1451,10 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
     a->hash = hash_bytes(a->key, a->klen);
     for (;;) {
+        a->moved = 0;
         int rc = cs_write(c, take_fn, a);
+        if (rc == 0 && a->out.n == 0)
+            rc = QS_NOTFOUND;   /* it only dead-lettered items */
         if (rc != QS_NOTFOUND || nowait)
             return rc;
         double now = cs_now();
@@ -1460,7 +1721,7 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     /* the value's tag says whether a shared payload loses a reference */
     if (rc == 0 &&
         (rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) == 0) {
-        shared = tag.data.len == 1 && tag.data.data[0] == TAG_SHARED;
+        shared = value_shared(tag.data.data, tag.data.len);
         rc = remove_item(&bt, &path, a->id, shared, &kept);
     }
     out_drop(&tag);
@@ -1593,6 +1854,109 @@ static int do_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_
     return cs_write(c, release_fn, &a);
 }
 
+/* ---- deliveries ---------------------------------------------------------- */
+
+typedef struct fail_args {
+    ack_args rel;
+    const uint8_t *reason;
+    uint32_t rlen;
+} fail_args;
+
+/* A release that records the holder's reason in the item's delivery
+ * header (the release itself takes effect at once, as release_fn's).  The
+ * reservation is checked and the record rewritten before the release,
+ * which then cannot fail: a failed rewrite releases nothing. */
+static int fail_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    fail_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    size_t mi;
+    int rc = lookup_live(c, a->rel.key, a->rel.klen, &q);
+    if (rc)
+        return rc;
+    if (find_mark(q, a->rel.id, a->rel.token, &mi) != 0 &&
+        (rc = find_shared(c, q, a->rel.id, a->rel.token)) != 0)
+        return rc;
+    bt_path path;
+    bt_buf v = {0}, nv = {0};
+    int run = QO_MAIN;
+    uint8_t rkey[QO_KEY_MAX];
+    rc = qo_has_prio(&q->order)
+             ? qo_seek_item(&bt, q->key, q->klen, &q->order, a->rel.id, &path, &run)
+             : seek_exact(&bt, q->key, q->klen, a->rel.id, &path);
+    uint32_t rklen = qo_run_key(q->key, q->klen, run, rkey);
+    if (rc == 0 && (rc = bt_read(&bt, &path, NULL, &v, 0, NULL)) == 0) {
+        qd_info d;
+        if ((rc = qd_parse(v.data, v.len, &d)) == 0 &&
+            (rc = qd_build(&nv, v.data, v.len, d.count, a->reason ? a->reason : (const uint8_t *)"",
+                           a->rlen)) == 0)
+            rc = rewrite_item(&bt, rkey, rklen, &path, a->rel.id, &nv);
+        touch(c, q);
+    }
+    free(v.data);
+    free(nv.data);
+    return rc ? rc : release_fn(c, ubt, &a->rel);
+}
+
+static int do_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
+                   const void *reason, size_t rlen)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && ((!reason && rlen) || rlen > QD_MAX_REASON))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    fail_args a = {{key, (uint32_t)nlen + 1, id, token, 0}, reason, (uint32_t)rlen};
+    return cs_write(c, fail_fn, &a);
+}
+
+static int do_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                        uint32_t *deliveries, void **reason, size_t *rlen)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    if (!deliveries || (reason && !rlen))
+        return QS_INVAL;
+    *deliveries = 0;
+    if (reason) {
+        *reason = NULL;
+        *rlen = 0;
+    }
+    int rc = make_key(name, nlen, key);
+    if (rc)
+        return rc;
+    bt_ctx bt;
+    if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+        return rc;
+    bt_key pk = {key, (uint32_t)nlen + 1, id};
+    bt_path path;
+    bt_buf v = {0};
+    uint64_t got = 0;
+    int eq = 0;
+    if ((rc = bt_seek_ge(&bt, &pk, &path)) == 0 &&
+        (rc = bt_item(&bt, &path, key, (uint32_t)nlen + 1, &eq, &got, &v)) == 0 &&
+        (!eq || got != id))
+        rc = QS_NOTFOUND;
+    cs_read_leave(c, &bt);
+    qd_info d;
+    if (rc == 0 && (rc = qd_parse(v.data, v.len, &d)) == 0) {
+        *deliveries = d.count;
+        if (reason && d.reason) {
+            if (!(*reason = malloc(d.reason_len)))
+                rc = QS_NOMEM;
+            else {
+                memcpy(*reason, d.reason, d.reason_len);
+                *rlen = d.reason_len;
+            }
+        }
+    }
+    free(v.data);
+    if (rc)
+        *deliveries = 0;
+    return rc;
+}
+
 static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 {
     ack_args *a = arg;
@@ -1624,7 +1988,7 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         tag.data.len = 0;
         if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)
             break;
-        int shared = tag.data.len == 1 && tag.data.data[0] == TAG_SHARED;
+        int shared = value_shared(tag.data.data, tag.data.len);
         if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
             break;
         from = id + 1;
@@ -1839,6 +2203,46 @@ static int do_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **
 
 /* ---- lengths and listing ------------------------------------------------- */
 
+
+/* Waits until queue key holds no item (none available, none reserved) in
+ * the caller's view, asleep on its wake-up word, which a commit that
+ * empties a queue moves. */
+static int do_join(qs_casket *c, const void *name, size_t nlen, double timeout)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0 && check_timeout(timeout))
+        rc = QS_INVAL;
+    if (rc)
+        return rc;
+    uint32_t klen = (uint32_t)nlen + 1;
+    uint64_t hash = hash_bytes(key, klen);
+    int nowait = timeout == 0 || cs_in_txn(c);
+    double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
+    for (;;) {
+        uint32_t word = qr_wait_word(cs_region(c), hash);
+        bt_ctx bt;
+        if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
+            return rc;
+        qq_queue *q;
+        int64_t held = 0;
+        if ((rc = lookup(c, key, klen, &q)) == 0)
+            held = (int64_t)q->clen + (bt.wview ? q->dlen : 0);
+        cs_read_leave(c, &bt);
+        if (rc || held <= 0)
+            return rc;
+        double now = cs_now();
+        if (nowait || now >= deadline)
+            return QS_TIMEDOUT;
+        if (qr_wait(cs_region(c), hash, word, isinf(deadline) ? -1.0 : deadline - now) == EINTR) {
+            double left = deadline - cs_now();
+            wait_left = isinf(deadline) ? -1.0 : left > 0 ? left : 0.0;
+            return QS_INTR;
+        }
+        if (cs_closing(c))
+            return QS_CLOSED;
+    }
+}
 
 static int do_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len)
 {
@@ -2093,6 +2497,39 @@ int qs_queue_list(qs_casket *c, qs_items **out)
 {
     int rc = cs_enter_call(c);
     return rc ? rc : cs_return(c, do_list(c, out));
+}
+
+int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_join(c, name, nlen, timeout));
+}
+
+int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
+                  const void *reason, size_t rlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_fail(c, name, nlen, id, token, reason, rlen));
+}
+
+int qs_queue_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                       uint32_t *deliveries, void **reason, size_t *rlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_item_info(c, name, nlen, id, deliveries, reason, rlen));
+}
+
+int qs_queue_config_set(qs_casket *c, const void *name, size_t nlen,
+                        const qs_queue_config *cfg)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_config_set(c, name, nlen, cfg));
+}
+
+int qs_queue_config_get(qs_casket *c, const void *name, size_t nlen, qs_queue_config *cfg)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_config_get(c, name, nlen, cfg));
 }
 
 int qs_queue_records(qs_casket *c, uint64_t *count)

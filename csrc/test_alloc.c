@@ -1330,6 +1330,57 @@ static int wl_queue(run *r)
     return 0;
 }
 
+/* The queue policy: a config set and read, a reserve that counts (the
+ * item's record rewritten), a fail with a reason, and the take that moves
+ * the spent item to the dead-letter queue in the same commit. */
+static int wl_policy(run *r)
+{
+    uint64_t id = 0, tok = 0, first = 0;
+    qs_queue_config cfg = {50, 1, 0, "pd", 2};
+    DO(r, "qs_queue_config_set", qs_queue_config_set(r->c, "pj", 2, &cfg), 0);
+    {
+        qs_queue_config got;
+        DO(r, "qs_queue_config_get", qs_queue_config_get(r->c, "pj", 2, &got), 0);
+        int ok = got.maxsize == 50 && got.max_deliveries == 1 && got.dead_letter_len == 2 &&
+                 memcmp(got.dead_letter, "pd", 2) == 0;
+        qs_free((void *)got.dead_letter);
+        EXPECT(r, ok);
+    }
+    DO(r, "qs_queue_put", w_qput(r, "pj", "first", 5), 0);
+    DO(r, "qs_queue_put_many", w_qput_many(r, "pj", 8, 300), 0);
+    QRESERVE(r, "pj", &id, &tok);
+    first = id;
+    DO(r, "qs_queue_fail", qs_queue_fail(r->c, "pj", 2, id, tok, "why", 3), 0);
+    mq_find(mq_get(&r->com, "pj", 2), id)->token = 0;
+    {
+        uint32_t d = 0;
+        void *why = NULL;
+        size_t wl = 0;
+        DO(r, "qs_queue_item_info", qs_queue_item_info(r->c, "pj", 2, id, &d, &why, &wl), 0);
+        int ok = d == 1 && wl == 3 && memcmp(why, "why", 3) == 0;
+        qs_free(why);
+        EXPECT(r, ok);
+    }
+    {
+        /* the next reserve moves "first" and hands out the item after it */
+        qs_items *it = NULL;
+        DO(r, "qs_queue_reserve", qs_queue_reserve(r->c, "pj", 2, 0, 0, &it), 0);
+        mqueue *q = mq_get(&r->com, "pj", 2);
+        mitem *f = mq_find(q, first);
+        mq_add(&r->com, "pd", first, f->v, f->vl);
+        mq_remove(mq_get(&r->com, "pj", 2), first);
+        q = mq_get(&r->com, "pj", 2);
+        int ok = items_match(q, it, 1) && it->token != 0;
+        if (ok)
+            mq_find(q, it->ids[0])->token = it->token;
+        qs_items_free(it);
+        EXPECT(r, ok);
+    }
+    QGET(r, "pd", 1);
+    QGET(r, "pj", 3);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* the driver                                                          */
 
@@ -1616,6 +1667,7 @@ static const workload W_CURSOR = {"cursor", wl_cursor, 1, 1};
 static const workload W_TXN = {"txn", wl_txn, 1, 1};
 static const workload W_MAINT = {"maint", wl_maint, 1, 1};
 static const workload W_QUEUE = {"queue", wl_queue, 1, 1};
+static const workload W_POLICY = {"policy", wl_policy, 1, 1};
 
 static void run_both(const workload *w)
 {
@@ -1631,6 +1683,7 @@ static void alloc_cursor(void) { run_both(&W_CURSOR); }
 static void alloc_txn(void) { run_both(&W_TXN); }
 static void alloc_maint(void) { run_both(&W_MAINT); }
 static void alloc_queue(void) { run_both(&W_QUEUE); }
+static void alloc_policy(void) { run_both(&W_POLICY); }
 
 /* Every allocation site the library reached while armed was made to fail
  * at least once; list those only reached unarmed (setup, checks). */
@@ -1692,6 +1745,7 @@ int main(void)
     RUN(alloc_txn);
     RUN(alloc_maint);
     RUN(alloc_queue);
+    RUN(alloc_policy);
     RUN(alloc_sites);
     m_free(&seed_model);
     tc_tmp_remove(&seed_dir);

@@ -984,11 +984,59 @@ static int pl_txn(qs_casket *c, uint64_t i)
         kn = snprintf(k, sizeof k, "%" PRIu64, i);
         rc = qs_put(c, "last", 4, k, (size_t)kn);
     }
+    /* the queue policy's records: the config rewritten, an item added, and
+     * the front item's delivery record rewritten (reserved, failed) */
+    if (!rc) {
+        qs_queue_config qc = {1000 + i, 0, 0, NULL, 0};
+        rc = qs_queue_config_set(c, "plq", 3, &qc);
+    }
+    if (!rc)
+        rc = qs_queue_put(c, "plq", 3, k, (size_t)kn, NULL);
+    if (!rc) {
+        qs_items *it = NULL;
+        char why[32];
+        int wn = snprintf(why, sizeof why, "r%" PRIu64, i);
+        if ((rc = qs_queue_reserve(c, "plq", 3, 0, 0, &it)) == 0)
+            rc = qs_queue_fail(c, "plq", 3, it->ids[0], it->token, why, (size_t)wn);
+        qs_items_free(it);
+    }
     if (rc) {
         qs_abort(c);
         return rc;
     }
     return qs_commit(c);
+}
+
+/* The policy records after transaction j: config maxsize 1000 + j, j
+ * items, the front one reserved j times and failed last with "r<j>". */
+static int pl_verify_policy(qs_casket *c, uint64_t j, const char *what)
+{
+    qs_queue_config got;
+    uint64_t len = 0;
+    int rc = qs_queue_config_get(c, "plq", 3, &got);
+    int bad = rc != 0 || got.maxsize != (j ? 1000 + j : 0);
+    if (rc == 0)
+        qs_free((void *)got.dead_letter);
+    if (qs_queue_len(c, "plq", 3, &len) != 0 || len != j)
+        bad++;
+    qs_items *it = NULL;
+    if (j && qs_queue_peek(c, "plq", 3, 1, &it) == 0 && it->count == 1) {
+        uint32_t d = 0;
+        void *r = NULL;
+        size_t rl = 0;
+        char want[32];
+        int wn = snprintf(want, sizeof want, "r%" PRIu64, j);
+        if (qs_queue_item_info(c, "plq", 3, it->ids[0], &d, &r, &rl) != 0 || d != j ||
+            rl != (size_t)wn || memcmp(r, want, rl) != 0)
+            bad++;
+        qs_free(r);
+    } else if (j)
+        bad++;
+    qs_items_free(it);
+    if (bad)
+        printf("  %s: queue policy records do not hold transaction %" PRIu64 " (config rc %d, "
+               "len %" PRIu64 ")\n", what, j, rc, len);
+    return bad;
 }
 
 /* the casket holds exactly the state after transaction j */
@@ -1112,6 +1160,8 @@ static void power_loss(void)
             }
             if (!bad)
                 bad += pl_verify(c, j, what);
+            if (!bad)
+                bad += pl_verify_policy(c, j, what);
             qs_close(c);
         }
         if (bad)

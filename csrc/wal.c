@@ -94,7 +94,8 @@ int wal_read_header(wal *w)
         if (memcmp(h, LOG_MAGIC, 8) != 0 || wal_page_verify(h, 0) != 0 ||
             rd32(h + HDR_PAGESIZE) != PG_SIZE)
             rc = QS_CORRUPT;
-        else if (rd32(h + HDR_VERSION) != QS_FORMAT_VERSION)
+        else if (rd32(h + HDR_VERSION) < QS_FORMAT_VERSION_MIN ||
+                 rd32(h + HDR_VERSION) > QS_FORMAT_VERSION)
             rc = QS_VERSION;
         else {
             w->salt = rd64(h + HDR_SALT);

@@ -35,8 +35,10 @@ typedef struct wal_recovery {
 } wal_recovery;
 
 /* Reads and checks the header.  Returns 0 (fields set), QS_CORRUPT when
- * the header is torn or foreign (the caller may start a new generation), or
- * an errno.  Changes nothing on disk. */
+ * the header is torn or foreign (the caller may start a new generation),
+ * QS_VERSION for a version outside QS_FORMAT_VERSION_MIN..QS_FORMAT_VERSION
+ * (frames of a newer format: never to be dropped), or an errno.  Changes
+ * nothing on disk. */
 int wal_read_header(wal *w);
 
 /* Starts a new generation: fresh salt, base_txn, header rewritten at 0.

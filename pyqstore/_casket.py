@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Optional, TypeVar
 from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
 from ._queue import Codec, CodecName, Queue, list_queues, publish, seconds_arg
+from ._policy import configure
 
 __all__ = ["Casket", "Snapshot", "open", "BytesLike"]
 
@@ -747,22 +748,45 @@ class Casket(MutableMapping[bytes, bytes]):
     # ------------------------------------------------------------------ queues
 
     @overload
-    def queue(self, name: str, codec: None = None) -> "Queue[bytes]": ...
+    def queue(self, name: str, codec: None = None, *, maxsize: Optional[int] = None,
+              max_deliveries: Optional[int] = None, dead_letter: Optional[str] = None,
+              dedup_window: Optional[float] = None) -> "Queue[bytes]": ...
 
     @overload
-    def queue(self, name: str, codec: CodecName) -> "Queue[Any]": ...
+    def queue(self, name: str, codec: CodecName, *, maxsize: Optional[int] = None,
+              max_deliveries: Optional[int] = None, dead_letter: Optional[str] = None,
+              dedup_window: Optional[float] = None) -> "Queue[Any]": ...
 
     @overload
-    def queue(self, name: str, codec: "Codec[T]") -> "Queue[T]": ...
+    def queue(self, name: str, codec: "Codec[T]", *, maxsize: Optional[int] = None,
+              max_deliveries: Optional[int] = None, dead_letter: Optional[str] = None,
+              dedup_window: Optional[float] = None) -> "Queue[T]": ...
 
-    def queue(self, name: str, codec: Any = None) -> "Queue[Any]":
+    def queue(self, name: str, codec: Any = None, *, maxsize: Optional[int] = None,
+              max_deliveries: Optional[int] = None, dead_letter: Optional[str] = None,
+              dedup_window: Optional[float] = None) -> "Queue[Any]":
         """The queue called name (it exists once it holds an item).  codec:
         None (payloads are bytes-like, str as UTF-8; items come back as
         bytes), "pickle", "json", "msgpack", or an object with
-        ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``."""
+        ``encode(obj) -> bytes`` and ``decode(bytes) -> obj``.
+
+        The policy arguments are stored in the casket (every handle, in
+        every process, applies the same policy): those given replace the
+        stored values, None keeps them (``queue.config()`` shows them).
+        maxsize: the items the queue may hold, reserved ones included
+        (0: no bound); a maxsize below what it holds now raises
+        :class:`pyqstore.BoundError` and changes nothing.  max_deliveries:
+        reserves of an item without an ack before it goes to the
+        dead_letter queue (0: no limit, the default); dead_letter ("":
+        none).  dedup_window: seconds a put's key is remembered.  Setting
+        them is a write: inside a transaction it is part of it."""
         if self._closing:
             raise self._closed_error()
-        return Queue(self, name, codec)
+        q = Queue(self, name, codec)
+        if maxsize is not None or max_deliveries is not None or dead_letter is not None \
+                or dedup_window is not None:
+            configure(q, maxsize, max_deliveries, dead_letter, dedup_window)
+        return q
 
     def queues(self) -> list[str]:
         """Names of the queues holding at least one item, in name order."""

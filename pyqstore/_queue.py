@@ -21,7 +21,9 @@ from . import _aio, errors
 from ._qstore import ffi, lib
 from . import _batch
 from ._batch import Batch, Pending
-from .errors import DecodeError, Empty, TooBigError, error_for
+from .errors import DecodeError, Empty, Full, TooBigError, error_for
+
+from ._policy import QueueConfig, config_get
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -44,6 +46,7 @@ _wait_left = lib.qs_queue_wait_left
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
+_QFULL = lib.QS_QFULL
 _ERRNO_FLOOR = -4096   # qs_queue_put_id returns an errno e as -e, above this
 _qs_put_framed = lib.qs_queue_put_framed
 _qs_get = lib.qs_queue_get
@@ -334,7 +337,8 @@ def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
 
 class Item(Generic[T]):
     """A reserved item (see :meth:`Queue.reserve`): ``id``, ``payload``,
-    :meth:`ack` and :meth:`release`.  The reservation is this object's: an
+    :meth:`ack`, :meth:`release` and :meth:`fail`; ``deliveries`` and
+    ``reason`` tell its history.  The reservation is this object's: an
     ack or release through another Item (or after the lease ran out) never
     touches another consumer's reservation."""
 
@@ -369,6 +373,53 @@ class Item(Generic[T]):
             rc = lib.qs_queue_release(q._c, q._key, q._klen, self.id, self._token)
         if rc:
             raise error_for(rc, "release", q._casket.path, queue=q.name, handle=q._c)
+
+    def fail(self, reason: Union[str, bytes] = "") -> None:
+        """Release the item, recording why it failed (str as UTF-8, or
+        bytes; up to 1024 bytes): kept with its delivery count, and read as
+        ``reason`` by whoever gets it next, in a dead-letter queue too.
+        NotReservedError when the reservation is over."""
+        if isinstance(reason, str):
+            r = reason.encode("utf-8")
+        elif isinstance(reason, (bytes, bytearray)):
+            r = bytes(reason)
+        else:
+            raise TypeError(f"reason must be str or bytes, not {type(reason).__name__}")
+        if len(r) > 1024:
+            raise ValueError(f"reason is {len(r)} bytes long; the limit is 1024")
+        q = self.queue
+        rc = lib.qs_queue_fail(q._c, q._key, q._klen, self.id, self._token, r, len(r))
+        if rc:
+            raise error_for(rc, "fail", q._casket.path, queue=q.name, handle=q._c)
+
+    def _info(self) -> tuple[int, Optional[str]]:
+        q = self.queue
+        n = _new("uint32_t *")
+        rp = _new("void **")
+        rl = _new("size_t *")
+        rc = lib.qs_queue_item_info(q._c, q._key, q._klen, self.id, n, rp, rl)
+        if rc:
+            raise error_for(rc, "item info", q._casket.path, queue=q.name, handle=q._c)
+        reason = None
+        if rp[0] != ffi.NULL:
+            try:
+                reason = ffi.unpack(ffi.cast("char *", rp[0]), rl[0]).decode("utf-8", "replace")
+            finally:
+                lib.qs_free(rp[0])
+        return int(n[0]), reason
+
+    @property
+    def deliveries(self) -> int:
+        """How many times the item was reserved, this reserve included
+        (counted durably by each reserve; read from the casket while the
+        item is in its queue: NotFoundError after an ack)."""
+        return self._info()[0]
+
+    @property
+    def reason(self) -> Optional[str]:
+        """The reason its last holder gave to :meth:`fail` (None when
+        none, or an empty one, was given), as :attr:`deliveries` reads it."""
+        return self._info()[1]
 
     def __enter__(self) -> "Item[T]":
         return self
@@ -429,16 +480,23 @@ class Queue(Generic[T]):
     # ------------------------------------------------------------------ put
 
     @overload
-    def put(self: "Queue[bytes]", payload: BytesLike, delay: Optional[float] = None,
+    def put(self: "Queue[bytes]", payload: BytesLike, block: bool = True,
+            timeout: Optional[float] = None, delay: Optional[float] = None,
             priority: Optional[int] = None) -> int: ...
 
     @overload
-    def put(self, payload: T, delay: Optional[float] = None,
-            priority: Optional[int] = None) -> int: ...
+    def put(self, payload: T, block: bool = True, timeout: Optional[float] = None,
+            delay: Optional[float] = None, priority: Optional[int] = None) -> int: ...
 
-    def put(self, payload: Any, delay: Optional[float] = None,
-            priority: Optional[int] = None) -> int:
+    def put(self, payload: Any, block: bool = True, timeout: Optional[float] = None,
+            delay: Optional[float] = None, priority: Optional[int] = None) -> int:
         """Append one item; returns its id.
+
+        On a bounded queue (``casket.queue(name, maxsize=N)``) holding N
+        items, wait up to timeout seconds (None: no limit) for a consumer in
+        any process to make room, or with block false not at all; raise
+        :class:`pyqstore.Full` (also a :class:`queue.Full`) when there is
+        none.  Inside a transaction it never waits.
 
         ``priority`` (an int 0..9; None, the default, is 0): get, reserve
         and peek take the highest first, oldest first within one.
@@ -447,13 +505,13 @@ class Queue(Generic[T]):
         :meth:`delayed`), then is available at its id.  The due time is
         stored as a wall-clock time, so it holds across processes and
         reopening.  TypeError or ValueError name a bad one; nothing is
-        stored.  (Pass both by keyword: the positions after payload may
-        get other parameters.)"""
+        stored.  A put with a delay or a priority does not wait for room:
+        on a full queue it raises Full at once, as put_many does."""
         if delay is not None or priority is not None:
             return self._put_order([payload], delay, priority, "put")
         # Each bytecode here costs every put (bench/callgrind_check.py): the
-        # order parameters are positional because keyword-only ones with
-        # defaults took 12% more instructions per put (no specialized
+        # parameters are positional-or-keyword because keyword-only ones
+        # with defaults took 12% more instructions per put (no specialized
         # call), and payload is rebound rather than copied to a new name.
         if self._codec is not None:
             payload = _encoded(self._codec, payload)
@@ -461,8 +519,52 @@ class Queue(Generic[T]):
             payload = _raw_payload(payload)
         r: int = _qs_put_id(self._q, payload, len(payload))
         if r < 0:
+            if r == _QFULL:
+                return self._put_wait(payload, _timeout_arg(block, timeout))
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
+
+    def _put_wait(self, b: bytes, timeout: float) -> int:
+        # The queue was full: wait for room in C (the futex word), through
+        # signals as get does.
+        r: int = lib.qs_queue_put_wait(self._q, b, len(b), timeout)
+        while r == _INTR:
+            r = lib.qs_queue_put_wait(self._q, b, len(b), _wait_left())
+        if r < 0:
+            if r == _QFULL:
+                raise Full(f"queue {self.name!r} is full ({self.config().maxsize} items)")
+            self._raise(r if r < _ERRNO_FLOOR else -r, "put")
+        return r
+
+    def put_nowait(self, payload: Any) -> int:
+        """``put(payload, block=False)``."""
+        return self.put(payload, False)
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until the queue holds no item, none available and none
+        reserved, whoever consumes them, in any process (the standard
+        library's ``join()``, with the items' acks as ``task_done()``).
+        True when it is empty, False when timeout seconds (None: no limit)
+        passed first.  Inside a transaction it does not wait."""
+        t = _timeout_arg(True, timeout)
+        rc = lib.qs_queue_join(self._c, self._key, self._klen, t)
+        while rc == _INTR:
+            rc = lib.qs_queue_join(self._c, self._key, self._klen, _wait_left())
+        if rc == lib.QS_TIMEDOUT:
+            return False
+        if rc:
+            self._raise(rc, "join")
+        return True
+
+    def config(self) -> "QueueConfig":
+        """The queue's stored policy (see ``casket.queue``), as the calling
+        thread's view has it."""
+        return config_get(self)
+
+    @property
+    def maxsize(self) -> int:
+        """The stored bound (0: none), as :meth:`config` has it."""
+        return config_get(self).maxsize
 
     @overload
     def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike], *,
@@ -476,7 +578,9 @@ class Queue(Generic[T]):
                  priority: Optional[int] = None) -> int:
         """Append every payload of the iterable in one call (one transaction
         unless inside the caller's); returns how many.  ``delay`` and
-        ``priority`` as :meth:`put`, for every item."""
+        ``priority`` as :meth:`put`, for every item.  On a bounded queue
+        without room for all of them it stores none and raises
+        :class:`pyqstore.Full` (it never waits)."""
         if isinstance(payloads, (str, bytes, bytearray, memoryview)):
             # iterating would store one item per character (or per int)
             raise TypeError(f"put_many takes an iterable of payloads, not one "
@@ -502,14 +606,14 @@ class Queue(Generic[T]):
                                 len(framed) - _LIST_HDR, ffi.NULL)
             if rc != _INVAL:
                 if rc:
-                    self._raise(rc, "put_many")
+                    self._raise_put_many(rc, n)
                 return n
         # Not all bytes-like: str, or a bad item (raises TypeError naming it).
         data, lens = _pack([_raw_payload(p) for p in items])
         rc = lib.qs_queue_put_many(self._c, k, self._klen, n, data, len(data),
                                    ffi.from_buffer("uint32_t[]", lens), ffi.NULL)
         if rc:
-            self._raise(rc, "put_many")
+            self._raise_put_many(rc, n)
         return n
 
     def _put_order(self, items: list[Any], delay: Any, priority: Any, op: str) -> int:
@@ -535,6 +639,12 @@ class Queue(Generic[T]):
         the queue by a get or reserve).  They are counted by ``len()``
         too."""
         return self._count_call(lib.qs_queue_delayed, "delayed")
+
+    def _raise_put_many(self, rc: int, n: int) -> NoReturn:
+        if rc == _QFULL:
+            raise Full(f"queue {self.name!r} has no room for {n} more items "
+                       f"(maxsize {self.config().maxsize}); none was put")
+        self._raise(rc, "put_many")
 
     # ------------------------------------------------------------------ get
 

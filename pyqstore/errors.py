@@ -37,6 +37,9 @@ __all__ = [
     "NotReservedError",
     "DecodeError",
     "Empty",
+    "Full",
+    "BoundError",
+    "TimedOut",
     "Interrupted",
     "FileNotFound",
     "PermissionDenied",
@@ -121,9 +124,8 @@ class NoMemoryError(Error, MemoryError):
 class FullError(StorageError):
     """The casket would exceed 2**32 pages (QS_FULL).  Fatal for the
     transaction the write ran in: it can only be aborted.  Not raised for
-    a full reservation table (:class:`ReservationsFullError`) nor, when
-    bounded queues come, for a queue that has no room (that will be
-    ``Full``, also a :class:`queue.Full`)."""
+    a full reservation table (:class:`ReservationsFullError`) nor for a
+    bounded queue that has no room (:class:`Full`)."""
 
 
 class ReservationsFullError(Error):
@@ -171,6 +173,24 @@ class DecodeError(Error, ValueError):
 class Empty(Error, _queue.Empty):
     """A queue had no item to get (also the standard library's
     :class:`queue.Empty`, so code written for :mod:`queue` catches it)."""
+
+
+class Full(Error, _queue.Full):
+    """A bounded queue (``casket.queue(name, maxsize=N)``) holds N items
+    and a put could not wait for room (QS_QFULL): nothing was put.  Also the
+    standard library's :class:`queue.Full`.  A refusal: the transaction
+    goes on."""
+
+
+class BoundError(Error, ValueError):
+    """``casket.queue(name, maxsize=N)`` with N below the number of items
+    the queue holds now (QS_QBOUND): the stored config is unchanged."""
+
+
+class TimedOut(Error):
+    """A wait with a timeout ended first (QS_TIMEDOUT: ``Queue.join``
+    returns False for it rather than raising).  Not a TimeoutError, which
+    is an OSError: nothing failed in the system."""
 
 
 class Interrupted(StorageError, builtins.InterruptedError):
@@ -236,6 +256,9 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_NOTFILE": (CorruptError, "not a regular file"),
     "QS_NOATTACH": (PermissionDenied, "other processes have the casket open, and a "
                     "read-only open that may not write this region cannot follow their changes"),
+    "QS_QFULL": (Full, None),
+    "QS_QBOUND": (BoundError, None),
+    "QS_TIMEDOUT": (TimedOut, None),
 }
 
 # errno -> OSError-flavoured class; anything else is IOFailure.

@@ -304,7 +304,10 @@ def _put_after_go(conn, path, name):
     c = pyqstore.open(path, "w", sync=False)
     conn.send("open")
     assert conn.recv() == "go"
-    c.queue(name).put(b"cross")
+    # Two items in one commit: the take leaves one, so its own commit does
+    # not wake the queue's word (a take that empties a queue does, for
+    # join) and fired_local below counts only what the put caused.
+    c.queue(name).put_many([b"cross", b"left"])
     c.close()
     conn.send("done")
 

@@ -80,7 +80,7 @@ def test_info_text(sample):
     assert r.exit_code == 0, r.output
     lines = {line.split("  ")[0]: line.split("  ", 1)[1].strip()
              for line in r.stdout.splitlines()}
-    assert lines["format version"] == "1"
+    assert lines["format version"] == "2"
     assert lines["page size"].startswith("4096")
     assert lines["user records"] == str(len(RECORDS))
     assert lines["queues"] == "2"

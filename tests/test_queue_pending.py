@@ -204,7 +204,7 @@ def test_claim_of_priority_and_released_delayed_items(casket):
     # them there, as ack does, not only in the plain run.
     q = casket.queue("q")
     q.put(b"plain")
-    q.put(b"urgent", None, 5)
+    q.put(b"urgent", priority=5)
     held = q.reserve_many(2, timeout=0)
     assert held.payloads == [b"urgent", b"plain"]
     got = q.claim(min_idle=0, n=2)

@@ -233,7 +233,7 @@ def main() -> int:
         m.emit("trunc-main-one-page", rmain[:PAGE], rlog, FIX)
         m.emit("trunc-main-tiny", rmain[:100], rlog, 0)
         m.emit("bad-magic", flip(rmain, 0), rlog, FIX)
-        m.emit("bad-version", put_u32(rmain, 8, 2), rlog, FIX)
+        m.emit("bad-version", put_u32(rmain, 8, 3), rlog, FIX)  # newer than we read
         m.emit("bad-pagesize", put_u32(rmain, 12, 8192), rlog, FIX)
         m.emit("bad-checksum", flip(rmain, PAGE + 40), rlog, 0)
         # Meta fields (page 0 trailer, resealed): npages huge, a root past
