@@ -76,6 +76,7 @@ LAYERS = {
     "qres.c": "queue",
     "queue.h": "queue",
     "queue.c": "queue",
+    "qkit.h": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "test_*.c": "top",
