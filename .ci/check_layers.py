@@ -77,6 +77,7 @@ LAYERS = {
     "queue.h": "queue",
     "queue.c": "queue",
     "qkit.h": "queue",
+    "stream.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "test_*.c": "top",
@@ -100,6 +101,8 @@ PREFIXES = {
     "qq_": "queue",
     "qr_": "queue",
     "qs_queue_": "queue",
+    "qs_stream_": "queue",
+    "st_": "queue",
 }
 
 # (file, included file): upward includes the tree had when this check came.

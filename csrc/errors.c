@@ -41,6 +41,10 @@ static const char *const err_text[] = {
     [ERR_INDEX(QS_NOATTACH)] =
         "other processes have the casket open and this one may not write its region "
         "NAME-shm, which a read-only open needs to follow their changes",
+    [ERR_INDEX(QS_STREAM_NOGROUP)] = "the stream has no group of that name",
+    [ERR_INDEX(QS_STREAM_NOTPENDING)] =
+        "the group has no pending entry for that id (never read by the group, or acknowledged)",
+    [ERR_INDEX(QS_STREAM_TRIMMED)] = "the id was removed from the stream by retention",
 };
 
 _Static_assert(sizeof err_text / sizeof err_text[0] == ERR_INDEX(QS_LAST_ERRCODE) + 1,

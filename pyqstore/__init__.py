@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 from ._casket import BytesLike, Casket, Snapshot, open
 from ._queue import Item, Queue
+from ._stream import Group, Pending, Stream, StreamItem
 from .errors import (
     ClosedError,
     CorruptError,
@@ -35,6 +36,8 @@ from .errors import (
     LockedError,
     NoMemoryError,
     NotFoundError,
+    NoGroupError,
+    NotPendingError,
     NotReservedError,
     PermissionDenied,
     ReadOnlyError,
@@ -43,6 +46,7 @@ from .errors import (
     StorageError,
     TooBigError,
     TransactionError,
+    TrimmedError,
 )
 
 # IOError, the old name of IOFailure, is reachable as pyqstore.IOError but
@@ -56,10 +60,17 @@ __all__ = [
     "BytesLike",
     "Queue",
     "Item",
+    "Stream",
+    "Group",
+    "StreamItem",
+    "Pending",
     "Error",
     "StorageError",
     "Empty",
     "NotReservedError",
+    "NoGroupError",
+    "NotPendingError",
+    "TrimmedError",
     "DecodeError",
     "CorruptError",
     "LockedError",
