@@ -249,8 +249,7 @@ class Group:
         entries go, in one transaction.  :class:`pyqstore.NotPendingError`
         naming the id when one is not pending (never read by the group, or
         acknowledged already); then nothing is acknowledged."""
-        one = isinstance(ids, int) and not isinstance(ids, bool)
-        id_list = [ids] if one else list(ids)     # type: ignore[arg-type]
+        id_list: list[int] = [ids] if isinstance(ids, int) else list(ids)
         if not id_list:
             return
         for i in id_list:
