@@ -146,6 +146,15 @@ static int every_call_returns(qs_casket *c, qs_cursor *cur, qs_queue *q, const c
     EXPECT(qs_queue_clear(c, "q", 1, &n));
     EXPECT(qs_queue_list(c, &it));
     EXPECT(qs_queue_records(c, &n));
+    EXPECT(qs_stream_configure(c, "s", 1, 1, 0, 1));
+    EXPECT(qs_stream_append(c, "s", 1, 1, "v", 1, lens, 1, &n));
+    EXPECT(qs_stream_read(c, "s", 1, 0, 1, &it));
+    EXPECT(qs_stream_len(c, "s", 1, &n));
+    EXPECT(qs_stream_group(c, "s", 1, "g", 1, QS_STREAM_FIRST, 0));
+    EXPECT(qs_stream_read_group(c, "s", 1, "g", 1, "c", 1, 1, 0, 1, &it));
+    EXPECT(qs_stream_ack(c, "s", 1, "g", 1, 1, ids, &n));
+    EXPECT(qs_stream_pending(c, "s", 1, "g", 1, &it));
+    EXPECT(qs_stream_claim(c, "s", 1, "g", 1, "c", 1, 0, 1, 1, &it));
 #undef EXPECT
     /* anything a call wrongly handed out, so valgrind names the call above
      * rather than a leak */
