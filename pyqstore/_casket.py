@@ -769,9 +769,9 @@ class Casket(MutableMapping[bytes, bytes]):
     def stream(self, name: str, maxlen: Optional[int] = None, max_age: Optional[float] = None,
                clock: Callable[[], float] = time.time) -> "Stream":
         """The stream called name: an append-only log with consumer groups
-        (see :class:`pyqstore.Stream`).  maxlen / max_age, when given, are
-        stored in the casket as its retention settings (None keeps what is
-        stored).  clock gives the time that stamps items and pending
+        (see :class:`pyqstore.Stream`).  When maxlen or max_age is given,
+        both are stored in the casket as its retention settings (None there:
+        no limit); with neither, the stored settings stay.  clock gives the time that stamps items and pending
         entries (time.time; a test may pass a fake one)."""
         if self._closing:
             raise self._closed_error()

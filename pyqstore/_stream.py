@@ -102,8 +102,8 @@ class Stream:
         return now
 
     def configure(self, maxlen: Optional[int] = None, max_age: Optional[float] = None) -> None:
-        """Store the retention settings (in the casket: every process sees
-        them) and apply them now.  ``maxlen``: items at most (None or 0: no
+        """Store both retention settings (in the casket: every process sees
+        them; they replace the stored ones) and apply them now.  ``maxlen``: items at most (None or 0: no
         limit); ``max_age``: seconds an item is kept at most, checked at
         each append (None or 0: no limit)."""
         n = 0 if maxlen is None else _count_arg(maxlen)
