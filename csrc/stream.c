@@ -85,9 +85,11 @@ static const cs_layer st_layer = {
     .refused = st_refused,
 };
 
-/* Remembers that the open transaction changed the stream whose wake-up
- * hash is h (mu held). */
-static int st_touch(qs_casket *c, uint64_t h)
+/* The layer's state, registered on the handle if it is not yet (mu held).
+ * Every writing call starts here, so that the transaction layer knows the
+ * stream refusals (st_refused) before the first one comes back: a
+ * refusal of a handle's first stream call spoiled its transaction. */
+static int st_state_get(qs_casket *c, st_state **out)
 {
     st_state *s = cs_layer_state(c, &st_layer);
     if (!s) {
@@ -99,6 +101,18 @@ static int st_touch(qs_casket *c, uint64_t h)
             return rc;
         }
     }
+    *out = s;
+    return 0;
+}
+
+/* Remembers that the open transaction changed the stream whose wake-up
+ * hash is h (mu held). */
+static int st_touch(qs_casket *c, uint64_t h)
+{
+    st_state *s;
+    int rc = st_state_get(c, &s);
+    if (rc)
+        return rc;
     for (size_t i = 0; i < s->n; i++)
         if (s->wake[i] == h)
             return 0;
@@ -112,6 +126,27 @@ static int st_touch(qs_casket *c, uint64_t h)
     }
     s->wake[s->n++] = h;
     return 0;
+}
+
+/* cs_write of a stream call: the layer registered first (see
+ * st_state_get). */
+typedef struct st_call {
+    cs_write_fn fn;
+    void *arg;
+} st_call;
+
+static int st_call_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    st_call *call = arg;
+    st_state *s;
+    int rc = st_state_get(c, &s);
+    return rc ? rc : call->fn(c, ubt, call->arg);
+}
+
+static int st_write(qs_casket *c, cs_write_fn fn, void *arg)
+{
+    st_call call = {fn, arg};
+    return cs_write(c, st_call_fn, &call);
 }
 
 /* ---- names and keys --------------------------------------------------------- */
@@ -494,7 +529,7 @@ static int do_configure(qs_casket *c, const void *name, size_t nlen, uint64_t ma
     int rc = make_keys(&a.k, name, nlen, NULL, 0);
     if (rc == 0 && (!(max_age >= 0) || isinf(max_age) || check_now(now)))
         rc = QS_INVAL;
-    return rc ? rc : cs_write(c, configure_fn, &a);
+    return rc ? rc : st_write(c, configure_fn, &a);
 }
 
 static int do_append(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
@@ -513,7 +548,7 @@ static int do_append(qs_casket *c, const void *name, size_t nlen, size_t n, cons
                 rc = QS_TOOBIG;
     }
     if (rc == 0)
-        rc = cs_write(c, append_fn, &a);
+        rc = st_write(c, append_fn, &a);
     if (rc == 0 && first_id)
         *first_id = a.first_id;
     return rc;
@@ -631,7 +666,7 @@ static int do_group(qs_casket *c, const void *name, size_t nlen, const void *gro
     if (rc == 0 && start != QS_STREAM_FIRST && start != QS_STREAM_LAST &&
         !(start == QS_STREAM_AT && start_id >= 1))
         rc = QS_INVAL;
-    return rc ? rc : cs_write(c, group_fn, &a);
+    return rc ? rc : st_write(c, group_fn, &a);
 }
 
 static int read_group_fn(qs_casket *c, bt_ctx *ubt, void *arg)
@@ -663,7 +698,7 @@ static int read_group_wait(qs_casket *c, st_args *a, double timeout)
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
     for (;;) {
-        int rc = cs_write(c, read_group_fn, a);
+        int rc = st_write(c, read_group_fn, a);
         if (rc != QS_NOTFOUND || nowait)
             return rc;
         double now = cs_now();
@@ -747,7 +782,7 @@ static int do_ack(qs_casket *c, const void *name, size_t nlen, const void *group
             sorted[w++] = sorted[i];
     a.n = w;
     a.ids = sorted;
-    rc = cs_write(c, ack_fn, &a);
+    rc = st_write(c, ack_fn, &a);
     free(sorted);
     if (rc == QS_STREAM_NOTPENDING && bad_id)
         *bad_id = a.bad_id;
@@ -851,7 +886,7 @@ static int do_claim(qs_casket *c, const void *name, size_t nlen, const void *gro
                     isinf(min_idle) || check_now(now)))
         rc = QS_INVAL;
     if (rc == 0)
-        rc = cs_write(c, claim_fn, &a);
+        rc = st_write(c, claim_fn, &a);
     return out_read(&a.out, rc, out);
 }
 

@@ -356,3 +356,20 @@ def test_sigkilled_consumer_leaves_pending_entries_to_claim(kids, path):
         g.ack(ids[:3])
         assert len(c.stream("s")) == 0
         c.check()
+
+
+def test_a_refusal_first_in_a_fresh_handle_leaves_the_transaction_usable(path):
+    # The stream layer was registered on a handle's first change, so a
+    # refusal before any (a fresh handle's first stream call) was taken
+    # for a failure and spoiled the transaction.
+    with pyqstore.open(path, "n", sync=False) as c:
+        s = c.stream("s")
+        i = s.append(b"a")
+        s.group("g")
+    with pyqstore.open(path, sync=False) as c:
+        s = c.stream("s")
+        with c.transaction():
+            with pytest.raises(pyqstore.NotPendingError):
+                s.group("g").ack(i)
+            assert s.group("g").read(1) == [(i, b"a")]
+        assert [e.id for e in s.group("g").pending()] == [i]
