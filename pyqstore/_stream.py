@@ -26,6 +26,7 @@ _NOTFOUND = lib.QS_NOTFOUND
 _INTR = lib.QS_INTR
 _NOTPENDING = lib.QS_STREAM_NOTPENDING
 _TRIMMED = lib.QS_STREAM_TRIMMED
+_MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _PENDING_HDR = struct.Struct("=dI")     # qs_stream_pending's entry header
 
 
@@ -181,6 +182,8 @@ class Group:
             raise ValueError("group name must not be empty")
         self._key = name.encode("utf-8")
         self._klen = len(self._key)
+        if self._klen > _MAX_NAME:
+            raise ValueError(f"group name is {self._klen} bytes long; the limit is {_MAX_NAME}")
         if start == "first":
             kind, at = lib.QS_STREAM_FIRST, 0
         elif start == "last":
@@ -214,7 +217,10 @@ class Group:
             raise TypeError(f"consumer must be str, not {type(consumer).__name__}")
         if not consumer:
             raise ValueError("consumer name must not be empty")
-        return consumer.encode("utf-8")
+        b = consumer.encode("utf-8")
+        if len(b) > _MAX_NAME:
+            raise ValueError(f"consumer name is {len(b)} bytes long; the limit is {_MAX_NAME}")
+        return b
 
     def read(self, n: int = 1, consumer: Optional[str] = None, block: bool = False,
              timeout: Optional[float] = None) -> list[StreamItem]:

@@ -215,6 +215,10 @@ def test_bad_input(casket):
         casket.stream("s", max_age=-1)
     with pytest.raises(TypeError, match="ids must be ints"):
         g.ack(["1"])
+    with pytest.raises(ValueError, match="group name is 4097 bytes long"):
+        s.group("g" * 4097)
+    with pytest.raises(ValueError, match="consumer name is 4097 bytes long"):
+        g.read(1, consumer="c" * 4097)
     assert len(s) == 0                  # nothing was stored by any of these
 
 
