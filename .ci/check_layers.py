@@ -84,6 +84,8 @@ LAYERS = {
     "qconf.c": "queue",
     "qdeliv.h": "queue",
     "qdeliv.c": "queue",
+    "qkit.h": "queue",
+    "stream.c": "queue",
     "fuzz_open.c": "top",
     "leak_harness.c": "top",
     "leak_seed.c": "top",
@@ -113,6 +115,8 @@ PREFIXES = {
     "qc_": "queue",
     "qd_": "queue",
     "qs_queue_": "queue",
+    "qs_stream_": "queue",
+    "st_": "queue",
 }
 
 # (file, included file): upward includes the tree had when this check came.

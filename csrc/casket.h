@@ -47,7 +47,7 @@ typedef struct cs_layer {
     int (*refused)(int rc);
 } cs_layer;
 
-#define CS_LAYERS 3     /* records, queues, asynchronous waiters */
+#define CS_LAYERS 4     /* records, queues, asynchronous waiters, streams */
 
 
 

@@ -44,6 +44,10 @@ static const char *const err_text[] = {
     [ERR_INDEX(QS_QFULL)] = "queue is full (it holds its maxsize items)",
     [ERR_INDEX(QS_QBOUND)] = "maxsize is below the number of items the queue holds",
     [ERR_INDEX(QS_TIMEDOUT)] = "timed out: the queue still holds items",
+    [ERR_INDEX(QS_STREAM_NOGROUP)] = "the stream has no group of that name",
+    [ERR_INDEX(QS_STREAM_NOTPENDING)] =
+        "the group has no pending entry for that id (never read by the group, or acknowledged)",
+    [ERR_INDEX(QS_STREAM_TRIMMED)] = "the id was removed from the stream by retention",
 };
 
 _Static_assert(sizeof err_text / sizeof err_text[0] == ERR_INDEX(QS_LAST_ERRCODE) + 1,

@@ -161,7 +161,14 @@ enum {
                                the items the queue holds now */
     QS_TIMEDOUT = -32023,   /* qs_queue_join: the queue still held items
                                when the timeout passed */
-    QS_LAST_ERRCODE = -32023
+    QS_STREAM_NOGROUP = -32024, /* qs_stream_*: the stream has no group of
+                               that name (qs_stream_group creates one) */
+    QS_STREAM_NOTPENDING = -32025, /* qs_stream_ack: an id the group has
+                               no pending entry for (never read by the
+                               group, or acknowledged already) */
+    QS_STREAM_TRIMMED = -32026, /* qs_stream_read/group: the start id is one
+                               retention removed from the stream */
+    QS_LAST_ERRCODE = -32026
 };
 
 enum {
@@ -1183,6 +1190,140 @@ int qs_queue_config_set(qs_casket *c, const void *name, size_t nlen,
  *         SNAPSHOT, DEFERRED
  * @fail   *cfg zeroed (untouched when cfg is NULL). */
 int qs_queue_config_get(qs_casket *c, const void *name, size_t nlen, qs_queue_config *cfg);
+
+/* ---- streams ---------------------------------------------------------------
+ *
+ * Append-only logs with consumer groups (Redis Streams): a stream's items
+ * keep their ids (unique in the casket, increasing in the order of
+ * appends, as queue items') and are read without being consumed.  A group
+ * is a cursor on the stream with pending entries: each group is handed
+ * every item once (several consumers of one group share its items: two
+ * never get the same one), and an item it was handed stays pending (with
+ * its consumer, the time it was delivered and how many times) until the
+ * group acknowledges it.  Streams, groups and entries are records of the
+ * casket: every handle and process sees the same, and each call is a
+ * transaction of its own or part of the calling thread's.
+ *
+ * Retention removes the oldest items, in the transaction that makes them
+ * removable: beyond maxlen items, older than max_age seconds at an append,
+ * and -- when the stream has at least one group -- those every group has
+ * acknowledged (at or below each group's horizon: its oldest pending id
+ * minus one, or the last id it was handed when none is pending).  A
+ * stream without a group keeps its items until maxlen or max_age.
+ *
+ * Names of streams, groups and consumers are 1..QS_MAX_QUEUE_NAME bytes;
+ * a bad one is QS_INVAL.  A stream and a queue of one name are
+ * different things.  `now` is the caller's clock in seconds (>= 0, finite;
+ * the binding passes time.time()): it stamps items (for max_age) and
+ * pending entries (for claim), so that a test can pass a fake clock.  The
+ * calls that write fail as the record functions do ("Record functions":
+ * WRITE, STORAGE; a refusal listed below leaves the transaction usable);
+ * those that only read (read, len, pending) with HANDLE, STORAGE,
+ * SNAPSHOT, DEFERRED.
+ */
+
+enum {
+    QS_STREAM_FIRST = 0,    /* qs_stream_group: from the oldest item kept */
+    QS_STREAM_LAST = 1,     /* only items appended after the group's creation */
+    QS_STREAM_AT = 2        /* from start_id on */
+};
+
+/* Stores the stream's retention settings (every process sees them):
+ * maxlen items at most (0: no limit), items at most max_age seconds old
+ * at an append (0: no limit); applies them at once (now for max_age).
+ * @return 0, or QS_INVAL (a bad name, max_age negative, NaN or infinite,
+ *         a bad now), WRITE, STORAGE
+ * @fail   nothing stored or removed. */
+int qs_stream_configure(qs_casket *c, const void *name, size_t nlen, uint64_t maxlen,
+                        double max_age, double now);
+
+/* Appends n (>= 1) items, stamped now, in one transaction: value i is the
+ * lens[i] bytes of vals after value i-1 (vals_len their sum).  Their ids
+ * are *first_id .. *first_id + n - 1.  Retention runs after them (an item
+ * beyond maxlen may be one of these).  Wakes the stream's blocked group
+ * readers in every process when the transaction ends.
+ * @return 0, or QS_INVAL (a bad name, n 0, lens NULL, a sum other than
+ *         vals_len, a bad now), QS_TOOBIG (a value of QS_MAX_VALUE - 8
+ *         bytes or more), WRITE, STORAGE
+ * @fail   nothing appended; *first_id (may be NULL) 0. */
+int qs_stream_append(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                     size_t vals_len, const uint32_t *lens, double now, uint64_t *first_id);
+
+/* Copies up to max (>= 1) items with ids >= start_id, in id order, without
+ * consuming (start_id 0: from the oldest kept).  *out (the caller's, free
+ * with qs_items_free) has count 0 when there are none.
+ * @return 0, or QS_INVAL (a bad name, max 0, out NULL), QS_STREAM_TRIMMED
+ *         (start_id is one retention removed: the read would skip items
+ *         silently), QS_NOMEM, HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *out NULL. */
+int qs_stream_read(qs_casket *c, const void *name, size_t nlen, uint64_t start_id, size_t max,
+                   qs_items **out);
+
+/* Items the stream holds now, into *len (0 for a stream never written).
+ * @return 0, or QS_INVAL (a bad name, len NULL), HANDLE, STORAGE, SNAPSHOT,
+ *         DEFERRED
+ * @fail   *len 0. */
+int qs_stream_len(qs_casket *c, const void *name, size_t nlen, uint64_t *len);
+
+/* Creates group `group` of the stream (durably, as a write) if it does not
+ * exist: it will be handed the items from start on (QS_STREAM_FIRST,
+ * QS_STREAM_LAST, or QS_STREAM_AT with start_id >= 1).  An existing group
+ * is left as it is (its position is its own), whatever start says.
+ * @return 0, or QS_INVAL (a bad name, a bad start), QS_STREAM_TRIMMED
+ *         (QS_STREAM_AT an id retention removed), WRITE, STORAGE
+ * @fail   no group created. */
+int qs_stream_group(qs_casket *c, const void *name, size_t nlen, const void *group, size_t glen,
+                    int start, uint64_t start_id);
+
+/* Hands consumer up to max (>= 1) items the group has not been handed
+ * yet, in id order, and records a pending entry for each (consumer,
+ * delivered now, 1 delivery) in the same transaction.  Waits as
+ * qs_queue_get when there are none (timeout < 0 without limit, 0 not at
+ * all, never inside a transaction), woken by an append's commit in any
+ * process.  *out (the caller's) holds ids and payloads.
+ * @return 0, or QS_NOTFOUND (nothing new within the timeout), QS_INVAL
+ *         (a bad name or consumer, max 0, timeout NaN, a bad now, out
+ *         NULL), QS_STREAM_NOGROUP, QS_INTR (a signal handler ran while
+ *         waiting; call again with the time left), QS_CLOSED (closed while
+ *         waiting), QS_NOMEM, WRITE, STORAGE
+ * @fail   *out NULL; nothing handed out. */
+int qs_stream_read_group(qs_casket *c, const void *name, size_t nlen, const void *group,
+                         size_t glen, const void *consumer, size_t clen, size_t max,
+                         double timeout, double now, qs_items **out);
+
+/* Acknowledges n (>= 1) items of the group: their pending entries go, and
+ * retention removes what every group has acknowledged.  An id given twice
+ * counts once.  All or nothing: every id is checked first.
+ * @return 0, or QS_INVAL (a bad name, n 0, ids NULL), QS_STREAM_NOGROUP,
+ *         QS_STREAM_NOTPENDING (*bad_id, if not NULL, gets the first id
+ *         in id order that the group has no pending entry for), QS_NOMEM,
+ *         WRITE, STORAGE
+ * @fail   nothing acknowledged; *bad_id 0 but for QS_STREAM_NOTPENDING. */
+int qs_stream_ack(qs_casket *c, const void *name, size_t nlen, const void *group, size_t glen,
+                  size_t n, const uint64_t *ids, uint64_t *bad_id);
+
+/* The group's pending entries in id order (XPENDING): ids[i] the item's
+ * id, data[off[i] .. off[i+1]) the entry: f64 delivered at (the `now` of
+ * the read or claim), u32 deliveries (both little-endian, as the machine
+ * stores them), then the consumer's name.
+ * @return 0, or QS_INVAL (a bad name, out NULL), QS_STREAM_NOGROUP,
+ *         QS_NOMEM, HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *out NULL. */
+int qs_stream_pending(qs_casket *c, const void *name, size_t nlen, const void *group,
+                      size_t glen, qs_items **out);
+
+/* Hands consumer up to max (>= 1) of the group's pending items delivered
+ * at least min_idle seconds before now (XAUTOCLAIM), oldest id first:
+ * each entry is now the consumer's, delivered now, one delivery more.  A
+ * pending entry whose item retention removed (maxlen, max_age) is dropped
+ * instead.  *out (the caller's) holds ids and payloads, count 0 for none.
+ * @return 0, or QS_INVAL (a bad name or consumer, max 0, min_idle
+ *         negative, NaN or infinite, a bad now, out NULL),
+ *         QS_STREAM_NOGROUP, QS_NOMEM, WRITE, STORAGE
+ * @fail   *out NULL; nothing claimed. */
+int qs_stream_claim(qs_casket *c, const void *name, size_t nlen, const void *group, size_t glen,
+                    const void *consumer, size_t clen, double min_idle, size_t max, double now,
+                    qs_items **out);
 
 #ifdef __cplusplus
 }

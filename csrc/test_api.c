@@ -253,6 +253,10 @@ static void strerror_all(void)
         CHECK(s != NULL && s[0] != 0);
         if (!s)
             continue;
+        /* a number no code has: issue 13's blocks of codes leave gaps
+         * (test_errors checks that the named ones have texts) */
+        if (strcmp(s, qs_strerror(QS_LAST_ERRCODE - 1)) == 0)
+            continue;
         for (int j = 0; j < n; j++)
             if (strcmp(seen[j], s) == 0) {
                 printf("  code %d repeats the string \"%s\"\n", rc, s);

@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 from ._casket import BytesLike, Casket, Snapshot, open
 from ._queue import Batch, Item, Pending, Queue
+from ._stream import Group, Stream, StreamItem, StreamPending
 from .errors import (
     ClosedError,
     CorruptError,
@@ -38,6 +39,8 @@ from .errors import (
     LockedError,
     NoMemoryError,
     NotFoundError,
+    NoGroupError,
+    NotPendingError,
     NotReservedError,
     PermissionDenied,
     ReadOnlyError,
@@ -46,6 +49,7 @@ from .errors import (
     StorageError,
     TooBigError,
     TransactionError,
+    TrimmedError,
 )
 
 # IOError, the old name of IOFailure, is reachable as pyqstore.IOError but
@@ -60,6 +64,10 @@ __all__ = [
     "Queue",
     "Item",
     "Batch",
+    "Stream",
+    "Group",
+    "StreamItem",
+    "StreamPending",
     "Pending",
     "Error",
     "StorageError",
@@ -68,6 +76,9 @@ __all__ = [
     "BoundError",
     "TimedOut",
     "NotReservedError",
+    "NoGroupError",
+    "NotPendingError",
+    "TrimmedError",
     "DecodeError",
     "CorruptError",
     "LockedError",

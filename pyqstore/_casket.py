@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import MutableMapping
 from contextlib import contextmanager
 from itertools import accumulate
@@ -14,6 +15,7 @@ from ._qstore import ffi, lib
 from .errors import ClosedError, Error, error_for
 from ._queue import Codec, CodecName, Queue, list_queues, publish, seconds_arg
 from ._policy import configure
+from ._stream import Stream
 
 __all__ = ["Casket", "Snapshot", "open", "BytesLike"]
 
@@ -787,6 +789,17 @@ class Casket(MutableMapping[bytes, bytes]):
                 or dedup_window is not None:
             configure(q, maxsize, max_deliveries, dead_letter, dedup_window)
         return q
+
+    def stream(self, name: str, maxlen: Optional[int] = None, max_age: Optional[float] = None,
+               clock: Callable[[], float] = time.time) -> "Stream":
+        """The stream called name: an append-only log with consumer groups
+        (see :class:`pyqstore.Stream`).  When maxlen or max_age is given,
+        both are stored in the casket as its retention settings (None there:
+        no limit); with neither, the stored settings stay.  clock gives the time that stamps items and pending
+        entries (time.time; a test may pass a fake one)."""
+        if self._closing:
+            raise self._closed_error()
+        return Stream(self, name, maxlen, max_age, clock)
 
     def queues(self) -> list[str]:
         """Names of the queues holding at least one item, in name order."""

@@ -35,6 +35,9 @@ __all__ = [
     "ForkedError",
     "SnapshotTooOldError",
     "NotReservedError",
+    "NoGroupError",
+    "NotPendingError",
+    "TrimmedError",
     "DecodeError",
     "Empty",
     "Full",
@@ -157,6 +160,24 @@ class NotReservedError(Error):
     (and perhaps another consumer holds it now)."""
 
 
+class NoGroupError(Error, LookupError):
+    """A stream call named a group the stream does not have (a
+    :class:`pyqstore.Stream`'s ``group()`` creates it)."""
+
+
+class NotPendingError(Error, LookupError):
+    """``Group.ack`` of an id the group has no pending entry for: never
+    read by the group, or acknowledged already.  ``id`` is that id; nothing
+    was acknowledged."""
+
+    id: int = 0
+
+
+class TrimmedError(Error, LookupError):
+    """A stream read (or a group's start) from an id that retention
+    removed: reading on would skip the removed items without a word."""
+
+
 class DecodeError(Error, ValueError):
     """A queue's codec could not decode an item's payload.  The item was
     not consumed: it is still in the queue, at its place.  ``queue`` is
@@ -254,6 +275,9 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_SNAPSHOT_OLD": (SnapshotTooOldError, None),
     "QS_INTR": (Interrupted, None),
     "QS_NOTFILE": (CorruptError, "not a regular file"),
+    "QS_STREAM_NOGROUP": (NoGroupError, None),
+    "QS_STREAM_NOTPENDING": (NotPendingError, None),
+    "QS_STREAM_TRIMMED": (TrimmedError, None),
     "QS_NOATTACH": (PermissionDenied, "other processes have the casket open, and a "
                     "read-only open that may not write this region cannot follow their changes"),
     "QS_QFULL": (Full, None),

@@ -14,6 +14,7 @@ from . import backends as bk
 from . import drain as dr
 from . import experiments as ex
 from .drain import STRATEGIES
+from . import streams as st
 
 BACKEND_NAMES = [b.name for b in bk.BACKENDS]
 
@@ -100,6 +101,7 @@ def main() -> None:
       qstore-bench tune                    # seed 002's batch x writers fit
       qstore-bench drain                   # seed 004's parallel consumers
       qstore-bench codecs                  # seed 000's serialization test
+      qstore-bench streams                 # stream + group vs Redis Streams
       qstore-bench report out/             # all of it, quickly, as HTML
     """
 
@@ -672,6 +674,50 @@ def drain(size: str, log_path: Optional[str], blocks: str, scale: float, consume
     _save(result, json_path)
     if not result["all_correct"]:
         sys.exit(1)
+
+
+@main.command()
+@click.option("--batches", default="100,1000", show_default=True,
+              help="items per round (comma-separated)")
+@click.option("--rounds", type=click.IntRange(1), default=20, show_default=True,
+              help="rounds of append, group read and ack per batch size")
+@click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=64, show_default=True)
+@click.option("--sync", "sync_mode", type=click.Choice(["both", "sync", "no-sync"]),
+              default="both", show_default=True,
+              help="sync: redis appendfsync always vs sync=True; no-sync: appendfsync no "
+                   "vs sync=False")
+@click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
+              help="where scratch files go (default: a temp dir)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="also write the results as JSON to this file")
+def streams(batches: str, rounds: int, payload_size: int, sync_mode: str, base: Optional[str],
+            json_path: Optional[str]) -> None:
+    """Issue 13: a stream and a consumer group against Redis Streams.
+
+    Each round appends a batch, reads it as one consumer of a group and
+    acknowledges it: append_many + Group.read + Group.ack against XADD
+    (one pipeline) + XREADGROUP + XACK on a redis-server started on
+    127.0.0.1, at equal durability.  ratio = our items/s over Redis's.
+
+    \b
+    Example:
+      qstore-bench streams --batches 100,1000 --rounds 50 --json streams.json
+    """
+    try:
+        sizes = [int(b) for b in batches.split(",")]
+        if not sizes or min(sizes) < 1:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{batches!r}: give batch sizes >= 1, comma-separated",
+                                 param_hint="--batches") from None
+    syncs = {"both": [True, False], "sync": [True], "no-sync": [False]}[sync_mode]
+    result = st.run(sizes, rounds, payload_size, syncs, base)
+    rows = [["sync=True" if x["sync"] else "sync=False", x["redis_durability"], str(x["batch"]),
+             f"{x['pyqstore_items_per_s']:,.0f}", f"{x['redis_items_per_s']:,.0f}",
+             f"{x['ratio']:.2f}"] for x in result["lines"]]
+    click.echo("# items per second through append + group read + ack, in rounds of a batch")
+    _table(["pyqstore", "redis", "batch", "pyqstore/s", "redis/s", "ratio"], rows)
+    _save(result, json_path)
 
 
 @main.command()

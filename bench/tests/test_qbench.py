@@ -117,7 +117,8 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
     assert "nosuchdb" in res.output
 
 
-@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain", "codecs", "report"])
+@pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain", "codecs", "report",
+                                 "streams"])
 def test_help_has_an_example(cmd):
     res = CliRunner().invoke(main, [cmd, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
