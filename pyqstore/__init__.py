@@ -39,10 +39,14 @@ from .errors import (
     PermissionDenied,
     ReadOnlyError,
     ReservationsFullError,
+    OutboxFull,
+    RemoteVolume,
     SnapshotTooOldError,
+    StaleOwner,
     StorageError,
     TooBigError,
     TransactionError,
+    UnknownEdge,
 )
 
 # IOError, the old name of IOFailure, is reachable as pyqstore.IOError but
@@ -80,4 +84,8 @@ __all__ = [
     "PermissionDenied",
     "FileExists",
     "IOFailure",
+    "StaleOwner",
+    "RemoteVolume",
+    "UnknownEdge",
+    "OutboxFull",
 ]
