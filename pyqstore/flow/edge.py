@@ -167,15 +167,20 @@ class Outbox:
         self._room = casket.queue("flow/room/" + tail)
         with casket.transaction():
             require_owner(casket, epoch)
-            # iter() counts reserved tokens too: a waiter killed while
-            # holding one gives it back, so it is room all the same.
-            held = sum(1 for _ in self._batches.iter())
-            tokens = sum(1 for _ in self._room.iter())
-            want = max(0, max_batches - held)
-            if tokens < want:
-                self._room.put_many([_TOKEN] * (want - tokens))
-            elif tokens > want:
-                self._room.get_many(tokens - want)
+            self._set_room(sum(1 for _ in self._batches.iter()))
+
+    def _set_room(self, held: int) -> None:
+        # Inside a transaction.  The room is the bound minus the batches
+        # held, never below 0: a bound lowered below what the outbox holds
+        # gives room back only once the batches fell under it.  iter()
+        # counts reserved tokens too (a producer's wait_for_room holds one
+        # for an instant; one killed meanwhile gives it back).
+        tokens = sum(1 for _ in self._room.iter())
+        want = max(0, self.max_batches - held)
+        if tokens < want:
+            self._room.put_many([_TOKEN] * (want - tokens))
+        elif tokens > want:
+            self._room.get_many(tokens - want)
 
     def __repr__(self) -> str:
         return f"<pyqstore.flow.Outbox {self.edge!r} from {self.sender!r} in {self._casket.path!r}>"
@@ -256,10 +261,14 @@ class Outbox:
                 done = sum(1 for s in heads if s <= seq)
                 if done:
                     self._batches.get_many(done)
-                    self._room.put_many([_TOKEN] * done)
                     removed += done
                 if done < len(heads) or not heads:
-                    return removed
+                    break
+            if removed:
+                # len() leaves out reserved batches, and only this thread's
+                # wait() reserves one, for an instant, before it returns
+                self._set_room(len(self._batches))
+        return removed
 
 
 class Inbox:

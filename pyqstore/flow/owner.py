@@ -75,7 +75,7 @@ def check_local_volume(path: Union[str, bytes, os.PathLike]) -> None:  # type: i
     kind = fs_type(path)
     if kind in REMOTE_FS_TYPES:
         raise RemoteVolume(
-            f"{os.fsdecode(path)!r} is on a {REMOTE_FS_TYPES[kind]} file system (f_type "
+            f"{os.fsdecode(path)!r} is on a file system of type {REMOTE_FS_TYPES[kind]} (f_type "
             f"{kind:#x}): a flow casket needs a volume attached to one machine at a time "
             f"(a local disk or a block device), since its shared region needs one kernel")
 
