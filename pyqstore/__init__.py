@@ -45,11 +45,15 @@ from .errors import (
     PermissionDenied,
     ReadOnlyError,
     ReservationsFullError,
+    OutboxFull,
+    RemoteVolume,
     SnapshotTooOldError,
+    StaleOwner,
     StorageError,
     TooBigError,
     TransactionError,
     TrimmedError,
+    UnknownEdge,
 )
 
 # IOError, the old name of IOFailure, is reachable as pyqstore.IOError but
@@ -99,4 +103,8 @@ __all__ = [
     "PermissionDenied",
     "FileExists",
     "IOFailure",
+    "StaleOwner",
+    "RemoteVolume",
+    "UnknownEdge",
+    "OutboxFull",
 ]

@@ -48,6 +48,10 @@ __all__ = [
     "PermissionDenied",
     "FileExists",
     "IOFailure",
+    "StaleOwner",
+    "RemoteVolume",
+    "UnknownEdge",
+    "OutboxFull",
     "error_for",
 ]
 # IOError, the old name of IOFailure, stays importable but is left out of
@@ -243,6 +247,33 @@ class IOFailure(StorageError):
     (the condition, without the built-ins' "Error"); it was called IOError,
     which tracebacks showed as if it were the built-in (an alias of
     OSError).  ``IOError`` remains an alias of this class."""
+
+
+class StaleOwner(Error):
+    """A flow node's casket has been taken over: its owner epoch record
+    (raised by :func:`pyqstore.flow.claim` whenever a new owner opens the
+    casket for a node) is no longer the epoch this outbox or inbox was made
+    with.  Raised before anything is written; the old owner must stop."""
+
+
+class RemoteVolume(StorageError):
+    """A flow node's casket lies on a network or user-space file system
+    (NFS, CIFS/SMB, FUSE, 9p, Ceph, ...).  The casket's shared region needs
+    every process that opens it to run on one kernel, so its volume must be
+    attached to one machine at a time: a local disk, or a block device
+    moved between machines."""
+
+
+class UnknownEdge(Error, LookupError):
+    """An inbox was handed a batch for an edge it does not receive (also a
+    :class:`LookupError`)."""
+
+
+class OutboxFull(Error, _queue.Full):
+    """An outbox already holds its maximum number of unsent batches (also
+    the standard library's :class:`queue.Full`).  A refusal: nothing was
+    written; wait for room (:meth:`pyqstore.flow.Outbox.wait_for_room`)
+    outside the transaction and fire again."""
 
 
 #: The old name of :class:`IOFailure`, kept so existing ``except
