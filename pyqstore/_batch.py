@@ -49,6 +49,10 @@ class Pending(NamedTuple):
     lease_ends: Optional[float]
     #: seconds since reserved_at, when the list was made
     idle: float
+    #: reserves of the item so far, this one included (its record's count,
+    #: read in the caller's view); None when the item is not in that view
+    #: any more (acked by the caller's open transaction, or meanwhile)
+    deliveries: Optional[int]
 
 
 class Batch(Generic[T]):
@@ -247,12 +251,23 @@ def pending(queue: "Queue[Any]") -> list[Pending]:
         raise queue._error(rc, "pending")
     now = time.monotonic_ns()
     try:
-        got = [
-            Pending(e.id, e.pid, e.handle, bool(e.mine), e.reserved_ns * 1e-9,
-                    e.lease_end_ns * 1e-9 if e.lease_end_ns else None,
-                    max(now - e.reserved_ns, 0) * 1e-9)
-            for e in (out[0][i] for i in range(count[0]))
-        ]
+        entries = [out[0][i] for i in range(count[0])]
+        rows = [(e.id, e.pid, e.handle, bool(e.mine), e.reserved_ns * 1e-9,
+                 e.lease_end_ns * 1e-9 if e.lease_end_ns else None,
+                 max(now - e.reserved_ns, 0) * 1e-9) for e in entries]
     finally:
         lib.qs_free(out[0])
+    n = ffi.new("uint32_t *")
+    got = []
+    for row in rows:
+        # The count lives in the item's record (qdeliv.c), not in the
+        # region's entry.  The list is of committed reservations, the
+        # record is read in the caller's view: an item the caller's open
+        # transaction acked (or another handle acked since the list was
+        # copied) has none.
+        rc = lib.qs_queue_item_info(queue._c, queue._key, queue._klen, row[0], n, ffi.NULL,
+                                    ffi.NULL)
+        if rc and rc != lib.QS_NOTFOUND:
+            raise queue._error(rc, "pending")
+        got.append(Pending(*row, None if rc else int(n[0])))
     return got

@@ -151,7 +151,12 @@ def test_pending_fields(casket):
     assert p[0].lease_ends is not None and 29 < p[0].lease_ends - p[0].reserved_at <= 30.01
     assert p[1].lease_ends is None
     assert p[0].idle >= 0
-    assert not hasattr(p[0], "deliveries")  # the delivery count comes with item 1's merge
+    assert [x.deliveries for x in p] == [1, 1]
+    it.release()
+    again = q.reserve(timeout=0)
+    assert again.id == it.id
+    assert [x.deliveries for x in q.pending()] == [2, 1]   # counted per reserve
+    it = again
     it.release()
     assert [x.id for x in q.pending()] == [b[0].id]
 
