@@ -1163,12 +1163,14 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
                        uint64_t id, const uint8_t *v, size_t len)
 {
     uint8_t dkey[QS_MAX_QUEUE_NAME + 1];
-    qq_queue *d;
+    qq_queue *d = NULL;
     int rc = make_key(q->conf.dl, q->conf.dllen, dkey);
     if (rc == 0)
         rc = lookup(c, dkey, q->conf.dllen + 1, &d);
     if (rc == 0)
         rc = bt_delete(bt, path);
+    if (rc)
+        return rc;      /* d is not set when the lookup failed */
     bt_key pk = {d->key, d->klen, id};
     if (rc == 0 && (rc = bt_seek(bt, &pk, path)) == QS_NOTFOUND)
         rc = 0;
