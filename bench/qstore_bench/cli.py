@@ -768,9 +768,11 @@ def _codecs_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     text output and the HTML report show it."""
     step, max_n = result["step"], result["max"]
     shown = {step, max_n - max_n % step, (max_n // step // 2) * step}
-    rows = [[r["codec"], str(r["n"]), str(r["bytes"]), f"{r['relative']:.2f}",
+    # ratios to 3 significant digits: a fixed 2 decimals printed 0.00 for
+    # a deser/ser below 0.005 (seen for a codec whose decode is a no-op)
+    rows = [[r["codec"], str(r["n"]), str(r["bytes"]), f"{r['relative']:.3g}",
              f"{r['encode_us']:.1f}", f"{r['decode_us']:.1f}",
-             "-" if r["decode_over_encode"] is None else f"{r['decode_over_encode']:.2f}"]
+             "-" if r["decode_over_encode"] is None else f"{r['decode_over_encode']:.3g}"]
             for r in result["results"] if r["n"] in shown]
     return ["codec", "n", "bytes", "x raw", "ser us", "deser us", "deser/ser"], rows
 
