@@ -46,6 +46,7 @@ from .errors import (
     ReadOnlyError,
     ReservationsFullError,
     OutboxFull,
+    FlowError,
     RemoteVolume,
     SnapshotTooOldError,
     StaleOwner,
@@ -107,4 +108,5 @@ __all__ = [
     "RemoteVolume",
     "UnknownEdge",
     "OutboxFull",
+    "FlowError",
 ]

@@ -52,6 +52,7 @@ __all__ = [
     "RemoteVolume",
     "UnknownEdge",
     "OutboxFull",
+    "FlowError",
     "error_for",
 ]
 # IOError, the old name of IOFailure, stays importable but is left out of
@@ -274,6 +275,14 @@ class OutboxFull(Error, _queue.Full):
     the standard library's :class:`queue.Full`).  A refusal: nothing was
     written; wait for room (:meth:`pyqstore.flow.Outbox.wait_for_room`)
     outside the transaction and fire again."""
+
+
+class FlowError(Error, ValueError):
+    """A flow that cannot run, found when it is built (an edge naming a
+    port its node does not have, an unconnected input, two codecs on one
+    port, a function a spawned process could not load), or a firing that
+    cannot commit (more items emitted to a port than its maxsize).  Also a
+    :class:`ValueError`."""
 
 
 #: The old name of :class:`IOFailure`, kept so existing ``except

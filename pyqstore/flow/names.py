@@ -1,0 +1,35 @@
+"""Where a flow keeps things in its shared casket: one naming scheme, so the
+firing, the runner and ``status`` agree.  Every name starts ``flow/``, as
+the edge's records do (docs/DESIGN.md, "Flow edges")."""
+from __future__ import annotations
+
+#: the casket file of a flow's shared layout, inside the run's directory
+CASKET = "flow.qdb"
+
+
+def input_queue(node: str, port: str, instance: int | None) -> str:
+    """The queue of an input port: one per port for shared work (instance
+    None), one per instance for a partitioned edge."""
+    base = f"flow/in/{node}/{port}"
+    return base if instance is None else f"{base}/{instance}"
+
+
+def dead_queue(node: str) -> str:
+    """The node's dead-letter port: items that failed max_deliveries times."""
+    return f"flow/dead/{node}"
+
+
+def instance_prefix(node: str, instance: int) -> bytes:
+    """The record namespace of one node instance; its state lives under
+    ``PREFIX + b"s/"``, the runner's bookkeeping under the other letters."""
+    return f"flow/node/{len(node)}:{node}/{instance}/".encode()
+
+
+def state_prefix(node: str, instance: int) -> bytes:
+    return instance_prefix(node, instance) + b"s/"
+
+
+def meta_key(node: str, instance: int, what: str) -> bytes:
+    """A bookkeeping record of an instance: ``in``, ``out``, ``failed``
+    (counters), ``done`` (finished), ``seq`` and ``inflight`` (sinks)."""
+    return instance_prefix(node, instance) + b"m/" + what.encode()

@@ -1,0 +1,184 @@
+"""The local runner: every node instance its own spawned process on one
+shared casket in the run's directory, and a supervisor that restarts a
+process that died, stops them all on SIGINT/SIGTERM after their current
+firing, and ends the run when every instance has finished.  Running the
+flow again on the same directory resumes it: every position, queue and
+state is in the casket."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, TextIO
+
+from .. import open as open_casket
+from ..errors import FlowError, StaleOwner
+from . import names, worker
+from ._records import read_counter
+from .firing import configure_queues
+from .graph import Flow
+from .owner import claim
+
+__all__ = ["run", "Runner", "Summary", "NodeSummary"]
+
+
+@dataclass
+class NodeSummary:
+    name: str
+    items_in: int
+    items_out: int
+    failed: int
+    dead_letters: int
+    restarts: int
+    finished: bool
+
+
+@dataclass
+class Summary:
+    """What a run did: per node its counters (over every run on the
+    directory: they are committed with the firings), and whether the
+    flow finished (False: stopped, run again to resume)."""
+    finished: bool
+    nodes: dict[str, NodeSummary] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        rows = [f"{'node':<16} {'in':>10} {'out':>10} {'failed':>8} {'dead':>6} {'restarts':>8}"]
+        for n in self.nodes.values():
+            rows.append(f"{n.name:<16} {n.items_in:>10} {n.items_out:>10} {n.failed:>8} "
+                        f"{n.dead_letters:>6} {n.restarts:>8}")
+        rows.append("finished" if self.finished else "stopped: run again on the directory to resume")
+        return "\n".join(rows)
+
+
+def summarize(casket: Any, flow: Flow, restarts: dict[tuple[str, int], int]) -> Summary:
+    nodes = {}
+    for n in flow.nodes.values():
+        def total(what: str) -> int:
+            return sum(read_counter(casket, names.meta_key(n.name, i, what))
+                       for i in range(n.parallelism))
+        nodes[n.name] = NodeSummary(
+            n.name, total("in"), total("out"), total("failed"),
+            len(casket.queue(names.dead_queue(n.name))),
+            sum(v for (name, _), v in restarts.items() if name == n.name),
+            total("done") == n.parallelism)
+    return Summary(all(s.finished for s in nodes.values()), nodes)
+
+
+class Runner:
+    """One run of a flow on a directory.  :meth:`run` blocks until the flow
+    finished or was stopped; :meth:`stop` (or SIGINT/SIGTERM to a runner
+    in the main thread) stops it; :meth:`pids` lists the node processes."""
+
+    def __init__(self, flow: Flow, directory: str, *, sync: bool = True,
+                 display: Optional[TextIO] = None, restart_pause: float = 0.1) -> None:
+        flow.validate()
+        self.flow = flow
+        self.directory = os.fspath(directory)
+        self.sync = sync
+        self.display = display
+        self.restart_pause = restart_pause
+        self.restarts: dict[tuple[str, int], int] = {}
+        self._procs: dict[tuple[str, int], Any] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def pids(self) -> dict[tuple[str, int], int]:
+        """(node, instance) -> pid of each live node process."""
+        with self._lock:
+            return {k: p.pid for k, p in self._procs.items() if p.is_alive()}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _start(self, mp: Any, key: tuple[str, int], epoch: int) -> None:
+        p = mp.Process(target=worker.main, name=f"flow-{key[0]}-{key[1]}",
+                       args=(self.flow, self.directory, key[0], key[1], epoch, self.sync))
+        p.start()
+        with self._lock:
+            self._procs[key] = p
+
+    def run(self) -> Summary:
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, names.CASKET)
+        mp = multiprocessing.get_context("spawn")
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, lambda *_: self._stop.set())
+        try:
+            with open_casket(path, sync=self.sync) as casket:
+                epoch = claim(casket)
+                configure_queues(casket, self.flow)
+                keys = [(n.name, i) for n in self.flow.nodes.values() for i in range(n.parallelism)]
+                for key in keys:
+                    self._start(mp, key, epoch)
+                stale = self._supervise(mp, keys, epoch, casket)
+                summary = summarize(casket, self.flow, self.restarts)
+        finally:
+            for sig, h in handlers.items():
+                signal.signal(sig, h)
+        if stale:
+            raise StaleOwner(f"another runner took {self.directory!r} over; this run stopped")
+        if self.display is not None:
+            print(summary, file=self.display)
+        return summary
+
+    def _supervise(self, mp: Any, keys: list[tuple[str, int]], epoch: int, casket: Any) -> bool:
+        finished: set[tuple[str, int]] = set()
+        told = False
+        stale = False
+        shown = time.monotonic()
+        while len(finished) < len(keys):
+            if self._stop.is_set() and not told:
+                told = True
+                for k, p in self.pids().items():
+                    try:
+                        os.kill(p, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            for key in keys:
+                if key in finished:
+                    continue
+                p = self._procs[key]
+                if p.is_alive():
+                    continue
+                p.join()
+                code = p.exitcode
+                if code == worker.EXIT_DONE:
+                    finished.add(key)
+                elif code == worker.EXIT_STALE:
+                    stale = True
+                    self._stop.set()
+                    finished.add(key)
+                elif self._stop.is_set():
+                    finished.add(key)       # stopped (or died while stopping)
+                else:
+                    # died (a kill, a crash of its work outside a firing):
+                    # its firing did not commit, its reservations come back
+                    self.restarts[key] = self.restarts.get(key, 0) + 1
+                    time.sleep(self.restart_pause)
+                    self._start(mp, key, epoch)
+            if self.display is not None and time.monotonic() - shown >= 1.0:
+                shown = time.monotonic()
+                print(self._line(casket), file=self.display, flush=True)
+            time.sleep(0.02)
+        return stale
+
+    def _line(self, casket: Any) -> str:
+        s = summarize(casket, self.flow, self.restarts)
+        return "  ".join(f"{n.name}: {n.items_in}>{n.items_out}"
+                         + (f" dead {n.dead_letters}" if n.dead_letters else "")
+                         for n in s.nodes.values())
+
+
+def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
+        restart_pause: float = 0.1) -> Summary:
+    """Run flow on directory with the local runner (see :class:`Runner`)
+    and return the :class:`Summary`; a second run on the same directory
+    resumes where the first stopped.  display: where the progress line
+    (every second) and the summary go, None for nowhere."""
+    return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause).run()

@@ -1,0 +1,54 @@
+"""The process of one node instance under the local runner: open the
+shared casket, fire until the inputs are exhausted or the runner says
+stop.  Its exit status tells the supervisor what happened."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from .. import open as open_casket
+from ..errors import StaleOwner
+from . import names
+from .firing import Instance
+
+#: the instance finished: its inputs are exhausted and its finish committed
+EXIT_DONE = 0
+#: stopped by the runner (SIGTERM) after a firing; run again to resume
+EXIT_STOPPED = 75
+#: another owner took the casket over (a second runner on the directory)
+EXIT_STALE = 76
+
+
+def main(flow: Any, directory: str, node: str, instance: int, epoch: int, sync: bool) -> None:
+    """The process's body (the target of a spawned process)."""
+    stop = []
+    # Ctrl-C goes to the whole process group: the runner alone decides, and
+    # tells each node with SIGTERM, which ends it after its current firing
+    # (a flag, since an exception raised from a handler could land between
+    # the statements of a transaction).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    with open_casket(os.path.join(directory, names.CASKET), sync=sync) as casket:
+        inst = Instance(casket, flow, node, instance, epoch, should_stop=lambda: bool(stop))
+        try:
+            if inst.done:
+                sys.exit(EXIT_DONE)
+            inst.setup()
+            idle = 0.0
+            while not stop:
+                if inst.fire(timeout=0.05):
+                    idle = 0.0
+                    continue
+                if inst.try_finish():
+                    inst.close()
+                    sys.exit(EXIT_DONE)
+                idle = min(idle * 2 or 0.001, 0.02)
+                time.sleep(idle)
+            inst.close()
+            sys.exit(EXIT_STOPPED)
+        except StaleOwner as e:
+            print(f"pyqstore.flow: node {node}[{instance}]: {e}", file=sys.stderr)
+            sys.exit(EXIT_STALE)
