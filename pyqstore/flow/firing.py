@@ -43,7 +43,8 @@ def configure_queues(casket: Casket, flow: Flow) -> None:
                 for q in _input_names(flow, node, port):
                     casket.queue(q, flow.codec(node.name, port), maxsize=node.maxsize,
                                  max_deliveries=node.max_deliveries,
-                                 dead_letter=names.dead_queue(node.name))
+                                 dead_letter=names.dead_queue(node.name)
+                                 if node.max_deliveries else "")
 
 
 def _input_names(flow: Flow, node: Node, port: str) -> list[str]:

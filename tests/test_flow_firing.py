@@ -1,0 +1,142 @@
+"""One firing on the shared casket, driven in this process: what a raising
+node leaves (nothing emitted, its batch back with the deliveries counted,
+then dead letters with the error's text), state across a reopen, and a
+full downstream queue that makes the firing wait outside its transaction."""
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+
+import pytest
+
+import pyqstore
+from pyqstore.flow import Flow, IterableSource, QueueSink, claim
+from pyqstore.flow import names
+from pyqstore.flow.blocks import read_block
+from pyqstore.flow.firing import Instance, configure_queues
+
+
+def explode(batch):
+    raise RuntimeError(f"cannot take {batch[0]}")
+
+
+def tally(batch, ctx):
+    for x in batch:
+        ctx.state[x] = ctx.state.get(x, 0) + 1
+    return batch
+
+
+def flow_of(work, max_deliveries=3, maxsize=100, sink_maxsize=100) -> Flow:
+    f = Flow("t")
+    f.source("src", IterableSource(["a", "b", "a", "c"]), batch=4)
+    f.node("work", work, batch=4, maxsize=maxsize, max_deliveries=max_deliveries)
+    f.sink("out", QueueSink("result"), maxsize=sink_maxsize, batch=sink_maxsize)
+    f.edge("src", "work")
+    f.edge("work", "out")
+    f.validate()
+    return f
+
+
+def instances(db, f):
+    configure_queues(db, f)
+    epoch = claim(db)
+    return {n: Instance(db, f, n, 0, epoch) for n in f.nodes}
+
+
+def test_a_raising_node_emits_nothing_and_its_items_go_dead_with_the_error(tmp_path):
+    f = flow_of(explode, max_deliveries=3)
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        work_q = db.queue(names.input_queue("work", "in", None), "pickle")
+        out_q = db.queue(names.input_queue("out", "in", None), "pickle")
+        dead = db.queue(names.dead_queue("work"), "pickle")
+        for round in (1, 2, 3):
+            assert inst["work"].fire(timeout=0)
+            assert len(out_q) == 0 and out_q.pending() == []       # nothing emitted
+            assert len(work_q) == 4 and work_q.pending() == []     # all back
+            assert len(dead) == 0
+        # the fourth take moves them to the dead-letter port, and the flow goes on
+        assert not inst["work"].fire(timeout=0)
+        assert len(work_q) == 0
+        held = [dead.reserve() for _ in range(4)]
+        assert [h.payload for h in held] == ["a", "b", "a", "c"]
+        # three firings' reserves and this one: the count and the text travel along
+        assert {(h.deliveries, h.reason) for h in held} == {(4, "RuntimeError: cannot take a")}
+        assert inst["work"].state.get("a") is None
+        assert not inst["work"].try_finish()     # the source has not finished
+        assert not inst["src"].fire() and inst["src"].try_finish()
+        assert inst["work"].try_finish()     # inputs exhausted: dead letters do not hold it up
+
+
+def test_state_and_output_commit_together_and_survive_a_reopen(tmp_path):
+    path = str(tmp_path / "f.qdb")
+    f = flow_of(tally)
+    with pyqstore.open(path, sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        assert inst["work"].fire(timeout=0)
+        assert dict(inst["work"].state) == {"a": 2, "b": 1, "c": 1}
+    with pyqstore.open(path, sync=False) as db:
+        again = Instance(db, f, "work", 0, claim(db))
+        assert dict(again.state) == {"a": 2, "b": 1, "c": 1}
+        assert len(db.queue(names.input_queue("out", "in", None))) == 4
+        src = Instance(db, f, "src", 0, claim(db))
+        assert src.state["pos"] == 4
+        assert not src.fire()                         # the source does not repeat
+        assert src.try_finish() and src.done
+
+
+def test_a_full_downstream_queue_makes_the_firing_wait_outside_its_transaction(tmp_path):
+    f = flow_of(tally, sink_maxsize=5)
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        out_q = db.queue(names.input_queue("out", "in", None), "pickle")
+        out_q.put_many(["x", "y", "z"])            # room for 2, the firing emits 4
+        assert inst["src"].fire()
+        t = threading.Thread(target=inst["work"].fire, kwargs={"timeout": 0})
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()
+        assert len(out_q) == 3
+        # not inside a transaction: another handle of this process can write
+        with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as other:
+            with other.transaction():
+                other.put(b"k", b"v")
+            assert other.queue(names.input_queue("out", "in", None), "pickle").get_many(3) == \
+                ["x", "y", "z"]
+        t.join(10)
+        assert not t.is_alive()
+        assert out_q.get_many(10) == ["a", "b", "a", "c"]
+        assert dict(inst["work"].state) == {"a": 2, "b": 1, "c": 1}
+
+
+def test_emitting_more_than_a_port_can_ever_hold_fails_the_batch(tmp_path):
+    f = flow_of(tally, sink_maxsize=3, max_deliveries=0)
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        assert inst["work"].fire(timeout=0)
+        item = db.queue(names.input_queue("work", "in", None), "pickle").reserve()
+        assert "emitted 4 items to flow/in/out/in in one firing, more than its maxsize 3" \
+            in item.reason
+
+
+def test_read_block_cuts_whole_lines_from_any_offset():
+    data = b"one\ntwo\nthree-long-line\nfour\nx"
+    f = io.BytesIO(data)
+    out, off = [], 0
+    while True:
+        block, off = read_block(f, off, 6)
+        if not block:
+            break
+        out.append(block)
+    # a block that fills block_size ends at its last newline, even when
+    # the rest is the file's last line: the reader does not look past it
+    assert out == [b"one\n", b"two\n", b"three-long-line\n", b"four\n", b"x"]
+    assert read_block(f, 8, 100) == (data[8:], len(data))
+    assert b"".join(out) == data
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        read_block(f, 0, 0)
