@@ -1,0 +1,181 @@
+"""Exactly once under SIGKILL with the local runner: node processes killed
+at random moments are restarted by the supervisor, and the flow's output
+equals the sequential reference, no item lost, none twice.  The runner runs
+in a thread of the test (so its signal handlers stay unset); the test kills
+node processes by the pids it reports."""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pyqstore
+from pyqstore.flow import CallbackSink, FileSource, Flow, IterableSource, QueueSink, Runner
+from pyqstore.flow import names
+
+DEADLINE = 50.0
+
+
+def words_of(batch, ctx):
+    # the combiner: one (word, count) per word and firing
+    for w, n in collections.Counter(w for line in batch for w in line.split()).items():
+        ctx.emit("out", (w, n))
+
+
+def word(pair):
+    return pair[0]
+
+
+class Count:
+    """The reducer: counts in its state, emitted once its inputs are done."""
+
+    def step(self, batch, ctx):
+        for w, n in batch:
+            ctx.state[w] = ctx.state.get(w, 0) + n
+
+    def finish(self, ctx):
+        return [(w, ctx.state[w]) for w in ctx.state]
+
+
+class StoreById:
+    """A sink outside the flow that writes idempotently: one file per batch
+    id, written once (a repeated id must bring the same items, or its first
+    write would stand for different ones and the check would see it)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, batch_id, items) -> None:
+        edge, seq = batch_id
+        path = os.path.join(self.directory, f"{seq:08d}")
+        if os.path.exists(path):
+            return
+        with open(path + ".tmp", "w") as f:
+            f.write(repr(items))
+        os.replace(path + ".tmp", path)
+
+
+def lines(n: int, seed: int) -> list[str]:
+    rnd = random.Random(seed)
+    vocab = [f"w{i}" for i in range(60)]
+    return [" ".join(rnd.choice(vocab) for _ in range(rnd.randint(1, 8))) for _ in range(n)]
+
+
+def wordcount(text: list[str], out: str) -> Flow:
+    f = Flow("wordcount")
+    f.source("lines", IterableSource(text), batch=10)
+    f.node("split", words_of, parallelism=2, batch=10, maxsize=200, max_deliveries=0)
+    f.node("count", Count, parallelism=2, batch=50, maxsize=500, max_deliveries=0)
+    f.sink("sink", CallbackSink(StoreById(out)), batch=7, max_deliveries=0)
+    f.edge("lines", "split")
+    f.edge("split", "count", key=word)
+    f.edge("count", "sink")
+    return f
+
+
+def run_killing(runner: Runner, rounds: int, rnd: random.Random, targets=None) -> tuple:
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(runner.run()), daemon=True)
+    t.start()
+    end = time.monotonic() + DEADLINE
+    kills = []
+    while t.is_alive() and len(kills) < rounds and time.monotonic() < end:
+        time.sleep(rnd.uniform(0.05, 0.4))
+        pids = {k: p for k, p in runner.pids().items() if targets is None or k[0] in targets}
+        if not pids:
+            continue
+        key = rnd.choice(sorted(pids))
+        try:
+            os.kill(pids[key], signal.SIGKILL)
+            kills.append(key)
+        except ProcessLookupError:
+            pass
+    t.join(max(1.0, end - time.monotonic()))
+    assert not t.is_alive(), f"the run did not end within {DEADLINE} s ({len(kills)} kills)"
+    return result[0], kills
+
+
+def test_wordcount_is_exactly_once_under_random_kills(tmp_path):
+    text = lines(20000, seed=14)
+    out = tmp_path / "sink"
+    out.mkdir()
+    runner = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None,
+                    restart_pause=0.02)
+    summary, kills = run_killing(runner, rounds=15, rnd=random.Random(1))
+    assert summary.finished
+    assert len(kills) >= 5, kills
+    assert sum(n.restarts for n in summary.nodes.values()) >= len(kills) - 1
+    got = collections.Counter()
+    pairs = 0
+    for name in sorted(os.listdir(out)):
+        if name.endswith(".tmp"):
+            continue
+        for w, n in eval((out / name).read_text()):
+            assert w not in got, f"{w!r} counted by two reducers or written twice"
+            got[w] = n
+            pairs += 1
+    assert got == collections.Counter(w for line in text for w in line.split())
+    assert summary.nodes["sink"].items_in == pairs
+    assert summary.nodes["lines"].items_out == len(text)
+    assert all(n.dead_letters == 0 for n in summary.nodes.values())
+
+
+def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path):
+    path = tmp_path / "in.txt"
+    rows = [f"row {i:05d} " + "x" * (i % 37) for i in range(4000)]
+    path.write_text("\n".join(rows) + "\n")
+    f = Flow("copy")
+    f.source("lines", FileSource(str(path), block_size=200, lines=True), batch=1)
+    f.sink("sink", QueueSink("result"), batch=50, max_deliveries=0)
+    f.edge("lines", "sink")
+    runner = Runner(f, str(tmp_path / "run"), display=None, restart_pause=0.02)
+    summary, kills = run_killing(runner, rounds=12, rnd=random.Random(2), targets={"lines"})
+    assert summary.finished and len(kills) >= 4, kills
+    with pyqstore.open(str(tmp_path / "run" / names.CASKET)) as db:
+        got = db.queue("result", "pickle").get_many(10 ** 6)
+    assert [b.decode() for b in got] == rows      # in order, each once
+
+
+def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
+    """SIGINT to a runner process (what Ctrl-C sends) ends it after the
+    current firings, the flow unfinished; running it again on the same
+    directory finishes with the reference's answer."""
+    script = tmp_path / "wc.py"
+    script.write_text(
+        "import sys, test_flow_kill as t\n"
+        "from pyqstore.flow import Runner\n"
+        "text = t.lines(3000, seed=3)\n"
+        "s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout).run()\n"
+        "print('FINISHED' if s.finished else 'STOPPED', flush=True)\n")
+    out = tmp_path / "sink"
+    out.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out)],
+                         env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 20
+    with_casket = tmp_path / "run" / names.CASKET
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if with_casket.exists():
+            with pyqstore.open(str(with_casket)) as db:
+                if db.get(names.meta_key("lines", 0, "out")):
+                    break
+    os.killpg(p.pid, signal.SIGINT)          # the whole group, as a terminal does
+    stdout, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, stdout
+    assert stdout.strip().endswith("STOPPED"), stdout
+    assert "stopped: run again on the directory to resume" in stdout
+    import test_flow_kill as t
+    text = t.lines(3000, seed=3)
+    summary = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None).run()
+    assert summary.finished
+    got = collections.Counter()
+    for name in os.listdir(out):
+        for w, n in eval((out / name).read_text()):
+            got[w] += n
+    assert got == collections.Counter(w for line in text for w in line.split())
