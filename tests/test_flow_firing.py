@@ -140,3 +140,35 @@ def test_read_block_cuts_whole_lines_from_any_offset():
     assert b"".join(out) == data
     with pytest.raises(ValueError, match="block_size must be >= 1"):
         read_block(f, 0, 0)
+
+
+class Picky:
+    """A sink callback that refuses one item and records what it was given."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def __call__(self, batch_id, items) -> None:
+        self.calls.append((batch_id, list(items)))
+        if "b" in items:
+            raise ValueError("no b")
+
+
+def test_a_sink_batch_keeps_its_id_when_repeated_and_a_dead_one_frees_it(tmp_path):
+    from pyqstore.flow import CallbackSink
+    picky = Picky()
+    f = Flow("t")
+    f.source("src", IterableSource(["a", "b", "c", "d"]), batch=4)
+    f.sink("out", CallbackSink(picky), batch=2, max_deliveries=2)
+    f.edge("src", "out")
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        inst["out"].work = CallbackSink(picky)
+        inst["out"]._call = inst["out"]._caller()
+        assert inst["src"].fire()
+        while inst["out"].fire(timeout=0) or len(db.queue(names.input_queue("out", "in", None))):
+            pass
+    edge = names.input_queue("out", "in", None)
+    # batch 1 (a, b) failed twice under one id; dead-lettered, the next batch is 2
+    assert picky.calls == [((edge, 1), ["a", "b"]), ((edge, 1), ["a", "b"]),
+                           ((edge, 2), ["c", "d"])]

@@ -179,3 +179,19 @@ def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
         for w, n in eval((out / name).read_text()):
             got[w] += n
     assert got == collections.Counter(w for line in text for w in line.split())
+
+
+def test_a_node_that_fails_outside_its_firings_stops_the_run_with_an_error(tmp_path):
+    f = Flow("missing")
+    f.source("lines", FileSource(str(tmp_path / "no-such-file"), block_size=100))
+    f.sink("sink", QueueSink("result"))
+    f.edge("lines", "sink")
+    runner = Runner(f, str(tmp_path / "run"), display=None, restart_pause=0.01, max_crashes=3)
+    t0 = time.monotonic()
+    try:
+        runner.run()
+    except pyqstore.FlowError as e:
+        assert "node lines[0] failed 3 times in a row (exit status 1" in str(e)
+    else:
+        raise AssertionError("the run of a source with no file ended without an error")
+    assert time.monotonic() - t0 < 30

@@ -267,9 +267,14 @@ class Instance:
             if batch.ids[0] == first and len(batch) == count:
                 self.ctx.batch_id = (q.name, seq)
                 return batch
-            # the dead holder's reservation has not come back yet (about
-            # 100 ms): these are later items; try again
             batch.release()
+            if not q.pending():
+                # nothing is held any more, so that batch is not coming back
+                # as it was (its items went to the dead-letter port): number
+                # the next batch afresh
+                self.casket.out(self._meta("inflight"))
+            # else the dead holder's reservation has not come back yet
+            # (about 100 ms) and these are later items: try again
             time.sleep(0.01)
             raise Empty(q.name)
         try:

@@ -74,8 +74,12 @@ class Runner:
     in the main thread) stops it; :meth:`pids` lists the node processes."""
 
     def __init__(self, flow: Flow, directory: str, *, sync: bool = True,
-                 display: Optional[TextIO] = None, restart_pause: float = 0.1) -> None:
+                 display: Optional[TextIO] = None, restart_pause: float = 0.1,
+                 max_crashes: int = 5) -> None:
         flow.validate()
+        self.max_crashes = max_crashes
+        self._crashes: dict[tuple[str, int], int] = {}
+        self.crashed: Optional[str] = None
         self.flow = flow
         self.directory = os.fspath(directory)
         self.sync = sync
@@ -121,6 +125,8 @@ class Runner:
         finally:
             for sig, h in handlers.items():
                 signal.signal(sig, h)
+        if self.crashed:
+            raise FlowError(f"the run on {self.directory!r} stopped: {self.crashed}")
         if stale:
             raise StaleOwner(f"another runner took {self.directory!r} over; this run stopped")
         if self.display is not None:
@@ -157,8 +163,22 @@ class Runner:
                 elif self._stop.is_set():
                     finished.add(key)       # stopped (or died while stopping)
                 else:
-                    # died (a kill, a crash of its work outside a firing):
-                    # its firing did not commit, its reservations come back
+                    # died: its firing did not commit, its reservations come
+                    # back.  A kill (a signal) is always restarted; a Python
+                    # error outside a firing (in setup, a source's produce)
+                    # would come back every time, so after max_crashes in a
+                    # row the run stops instead of looping.
+                    if code is not None and code > 0:
+                        self._crashes[key] = self._crashes.get(key, 0) + 1
+                        if self._crashes[key] >= self.max_crashes:
+                            self.crashed = (f"node {key[0]}[{key[1]}] failed {self._crashes[key]} "
+                                            f"times in a row (exit status {code}; its error is "
+                                            f"on stderr)")
+                            self._stop.set()
+                            finished.add(key)
+                            continue
+                    else:
+                        self._crashes.pop(key, None)
                     self.restarts[key] = self.restarts.get(key, 0) + 1
                     time.sleep(self.restart_pause)
                     self._start(mp, key, epoch)
@@ -176,9 +196,12 @@ class Runner:
 
 
 def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
-        restart_pause: float = 0.1) -> Summary:
+        restart_pause: float = 0.1, max_crashes: int = 5) -> Summary:
     """Run flow on directory with the local runner (see :class:`Runner`)
     and return the :class:`Summary`; a second run on the same directory
     resumes where the first stopped.  display: where the progress line
-    (every second) and the summary go, None for nowhere."""
-    return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause).run()
+    (every second) and the summary go, None for nowhere.  FlowError when
+    a node process failed max_crashes times in a row with a Python error
+    (not a kill); StaleOwner when another runner took the directory over."""
+    return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause,
+                  max_crashes=max_crashes).run()
