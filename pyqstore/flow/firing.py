@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 from .. import Casket, Queue
+from .._queue import CodecName
 from ..errors import Empty, FlowError, Full
 from . import names
 from ._records import read_counter, write_counter
@@ -141,7 +142,7 @@ class Instance:
             k = self._meta(what)
             write_counter(self.casket, k, read_counter(self.casket, k) + by)
 
-    def _queue(self, name: str, codec: str) -> Queue[Any]:
+    def _queue(self, name: str, codec: CodecName) -> Queue[Any]:
         q = self._queues.get(name)
         if q is None:
             q = self._queues[name] = self.casket.queue(name, codec)

@@ -17,6 +17,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
+from .._queue import CodecName
 from ..errors import FlowError
 
 __all__ = ["Flow", "Node", "Edge", "DEFAULT_MAX_DELIVERIES"]
@@ -46,7 +47,7 @@ class Edge:
     dst: str
     dst_port: str
     key: Optional[Callable[[Any], Any]] = None
-    codec: str = "pickle"
+    codec: CodecName = "pickle"
 
     @property
     def name(self) -> str:
@@ -160,7 +161,7 @@ class Flow:
         return self._add(Node(name, sink, "sink", ("in",), (), 1, batch, maxsize, max_deliveries))
 
     def edge(self, src: str, dst: str, *, key: Optional[Callable[[Any], Any]] = None,
-             codec: str = "pickle") -> Edge:
+             codec: CodecName = "pickle") -> Edge:
         """Join an output port to an input port: ``"node"`` (its port
         ``out`` / ``in``) or ``"node.port"``.  key: partition the items
         among dst's instances by key(item) (a stable hash of its bytes);
@@ -217,7 +218,7 @@ class Flow:
     def partitioned(self, node: str, port: str) -> bool:
         return any(e.key is not None for e in self.edges_into(node) if e.dst_port == port)
 
-    def codec(self, node: str, port: str) -> str:
+    def codec(self, node: str, port: str) -> CodecName:
         for e in self.edges_into(node):
             if e.dst_port == port:
                 return e.codec
