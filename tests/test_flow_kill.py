@@ -19,6 +19,7 @@ from pyqstore.flow import CallbackSink, FileSource, Flow, IterableSource, QueueS
 from pyqstore.flow import names
 
 DEADLINE = 50.0
+ROUNDS = int(os.environ.get("QS_FLOW_KILL_ROUNDS", "30"))
 
 
 def words_of(batch, ctx):
@@ -85,7 +86,7 @@ def run_killing(runner: Runner, rounds: int, rnd: random.Random, targets=None) -
     end = time.monotonic() + DEADLINE
     kills = []
     while t.is_alive() and len(kills) < rounds and time.monotonic() < end:
-        time.sleep(rnd.uniform(0.05, 0.4))
+        time.sleep(rnd.uniform(0.02, 0.25))
         pids = {k: p for k, p in runner.pids().items() if targets is None or k[0] in targets}
         if not pids:
             continue
@@ -101,14 +102,15 @@ def run_killing(runner: Runner, rounds: int, rnd: random.Random, targets=None) -
 
 
 def test_wordcount_is_exactly_once_under_random_kills(tmp_path):
-    text = lines(20000, seed=14)
+    text = lines(40000, seed=14)
     out = tmp_path / "sink"
     out.mkdir()
     runner = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None,
                     restart_pause=0.02)
-    summary, kills = run_killing(runner, rounds=15, rnd=random.Random(1))
+    summary, kills = run_killing(runner, rounds=ROUNDS, rnd=random.Random(1))
     assert summary.finished
-    assert len(kills) >= 5, kills
+    assert len(kills) >= ROUNDS // 2, kills
+    print(f"{len(kills)} kills, {sum(n.restarts for n in summary.nodes.values())} restarts")
     assert sum(n.restarts for n in summary.nodes.values()) >= len(kills) - 1
     got = collections.Counter()
     pairs = 0
@@ -141,37 +143,85 @@ def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path):
     assert [b.decode() for b in got] == rows      # in order, each once
 
 
-def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
-    """SIGINT to a runner process (what Ctrl-C sends) ends it after the
-    current firings, the flow unfinished; running it again on the same
-    directory finishes with the reference's answer."""
+def _runner_script(tmp_path):
     script = tmp_path / "wc.py"
     script.write_text(
         "import sys, test_flow_kill as t\n"
         "from pyqstore.flow import Runner\n"
-        "text = t.lines(3000, seed=3)\n"
-        "s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout).run()\n"
-        "print('FINISHED' if s.finished else 'STOPPED', flush=True)\n")
+        "if __name__ == '__main__':\n"
+        "    text = t.lines(int(sys.argv[3]), seed=3)\n"
+        "    s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout).run()\n"
+        "    print('FINISHED' if s.finished else 'STOPPED', flush=True)\n")
+    return script
+
+
+def _wait_for_progress(casket, deadline=20.0):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        if casket.exists():
+            with pyqstore.open(str(casket)) as db:
+                if db.get(names.meta_key("lines", 0, "out")):
+                    return
+    raise AssertionError(f"no firing committed in {deadline} s")
+
+
+def test_a_killed_runner_leaves_no_node_running(tmp_path):
     out = tmp_path / "sink"
     out.mkdir()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out)],
+    # 500,000 lines: the flow is far from its end when the runner dies
+    p = subprocess.Popen([sys.executable, str(_runner_script(tmp_path)), str(tmp_path / "run"),
+                          str(out), "500000"], env=env, stdout=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        _wait_for_progress(tmp_path / "run" / names.CASKET)
+        end = time.monotonic() + 20
+        while True:     # the six node processes, started one after another
+            kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
+            nodes = [k for k in kids if b"spawn_main" in open(f"/proc/{k}/cmdline", "rb").read()]
+            if len(nodes) == 6 or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        assert len(nodes) == 6, kids
+        p.kill()
+        p.wait()
+        end = time.monotonic() + 15
+        while time.monotonic() < end and any(os.path.exists(f"/proc/{k}/status") and
+                                             "zombie" not in open(f"/proc/{k}/status").read()
+                                             for k in nodes):
+            time.sleep(0.1)
+        alive = [k for k in nodes if os.path.exists(f"/proc/{k}/status")
+                 and "zombie" not in open(f"/proc/{k}/status").read()]
+        assert alive == [], f"node processes {alive} outlived their runner"
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
+    """SIGINT to a runner process (what Ctrl-C sends) ends it after the
+    current firings, the flow unfinished; running it again on the same
+    directory finishes with the reference's answer."""
+    script = _runner_script(tmp_path)
+    out = tmp_path / "sink"
+    out.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out), "20000"],
                          env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 20
-    with_casket = tmp_path / "run" / names.CASKET
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        if with_casket.exists():
-            with pyqstore.open(str(with_casket)) as db:
-                if db.get(names.meta_key("lines", 0, "out")):
-                    break
-    os.killpg(p.pid, signal.SIGINT)          # the whole group, as a terminal does
-    stdout, _ = p.communicate(timeout=30)
+    try:
+        _wait_for_progress(tmp_path / "run" / names.CASKET)
+        os.killpg(p.pid, signal.SIGINT)          # the whole group, as a terminal does
+        stdout, _ = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 0, stdout
     assert stdout.strip().endswith("STOPPED"), stdout
     assert "stopped: run again on the directory to resume" in stdout
-    import test_flow_kill as t
-    text = t.lines(3000, seed=3)
+    text = lines(20000, seed=3)
     summary = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None).run()
     assert summary.finished
     got = collections.Counter()

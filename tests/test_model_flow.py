@@ -22,7 +22,8 @@ _seen: set = set()      # items that already failed once (transient failures)
 
 class Affine:
     """x -> (a*x + b) mod 1000; raises for every x with x % bad == 0 (a
-    permanent failure), and once for each x with x % 7 == tag (transient)."""
+    permanent failure), and once for the first x with x % 7 == tag
+    (transient)."""
 
     def __init__(self, name: str, a: int, b: int, bad: int, tag: int) -> None:
         self.name, self.a, self.b, self.bad, self.tag = name, a, b, bad, tag
@@ -31,8 +32,10 @@ class Affine:
         for x in batch:
             if self.bad and x % self.bad == 0:
                 raise ValueError(f"{self.name} refuses {x}")
-            if x % 7 == self.tag and (self.name, x) not in _seen:
-                _seen.add((self.name, x))
+            # once per node: once per item would let a batch holding three
+            # such items fail three firings in a row and go dead
+            if x % 7 == self.tag and self.name not in _seen:
+                _seen.add(self.name)
                 raise RuntimeError(f"{self.name}: transient on {x}")
         return [(self.a * x + self.b) % 1000 for x in batch]
 
@@ -97,7 +100,7 @@ def build(nodes, items) -> Flow:
     return f
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flows())
 def test_random_flows_match_the_sequential_reference(tmp_path_factory, case):
     nodes, items, seed = case

@@ -123,6 +123,7 @@ class Runner:
                 stale = self._supervise(mp, keys, epoch, casket)
                 summary = summarize(casket, self.flow, self.restarts)
         finally:
+            self._end_children()
             for sig, h in handlers.items():
                 signal.signal(sig, h)
         if self.crashed:
@@ -132,6 +133,26 @@ class Runner:
         if self.display is not None:
             print(summary, file=self.display)
         return summary
+
+    def _end_children(self, grace: float = 10.0) -> None:
+        """No node process outlives the run: after an error in the runner
+        (a KeyboardInterrupt before its handler was set, a failed spawn)
+        the live ones get SIGTERM (they stop after their firing), and
+        SIGKILL after grace seconds."""
+        with self._lock:
+            procs = list(self._procs.values())
+        live = [p for p in procs if p.is_alive()]
+        for p in live:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + grace
+        for p in live:
+            p.join(max(0.0, end - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
 
     def _supervise(self, mp: Any, keys: list[tuple[str, int]], epoch: int, casket: Any) -> bool:
         finished: set[tuple[str, int]] = set()

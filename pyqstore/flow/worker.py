@@ -22,6 +22,18 @@ EXIT_STOPPED = 75
 EXIT_STALE = 76
 
 
+def _stop_with_parent() -> None:
+    """Ask Linux for a SIGTERM when the runner dies (prctl
+    PR_SET_PDEATHSIG), so a killed runner leaves no node running on its
+    own; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)   # PR_SET_PDEATHSIG
+        if os.getppid() == 1:                    # the runner died before the prctl
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(flow: Any, directory: str, node: str, instance: int, epoch: int, sync: bool) -> None:
     """The process's body (the target of a spawned process)."""
     stop = []
@@ -31,6 +43,7 @@ def main(flow: Any, directory: str, node: str, instance: int, epoch: int, sync: 
     # the statements of a transaction).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    _stop_with_parent()
     with open_casket(os.path.join(directory, names.CASKET), sync=sync) as casket:
         inst = Instance(casket, flow, node, instance, epoch, should_stop=lambda: bool(stop))
         try:
