@@ -5,6 +5,8 @@ from __future__ import annotations
 
 #: the casket file of a flow's shared layout, inside the run's directory
 CASKET = "flow.qdb"
+#: the flow itself, pickled by the runner for its node processes
+FLOW = "flow.pickle"
 
 
 def input_queue(node: str, port: str, instance: int | None) -> str:

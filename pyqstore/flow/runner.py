@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -100,7 +101,7 @@ class Runner:
 
     def _start(self, mp: Any, key: tuple[str, int], epoch: int) -> None:
         p = mp.Process(target=worker.main, name=f"flow-{key[0]}-{key[1]}",
-                       args=(self.flow, self.directory, key[0], key[1], epoch, self.sync))
+                       args=(self.directory, key[0], key[1], epoch, self.sync))
         p.start()
         with self._lock:
             self._procs[key] = p
@@ -116,6 +117,7 @@ class Runner:
         try:
             with open_casket(path, sync=self.sync) as casket:
                 epoch = claim(casket)
+                self._write_flow()
                 configure_queues(casket, self.flow)
                 keys = [(n.name, i) for n in self.flow.nodes.values() for i in range(n.parallelism)]
                 for key in keys:
@@ -133,6 +135,20 @@ class Runner:
         if self.display is not None:
             print(summary, file=self.display)
         return summary
+
+    def _write_flow(self) -> None:
+        """The flow, pickled, in the directory, where each node process
+        reads it.  Not through the spawn's pipe: the parent writes a
+        process's arguments to it inside start() and waits until the child
+        has read all but a pipe's buffer (64 KiB), so a child dying while
+        it starts (Ctrl-C reaches it before it can ignore SIGINT) would
+        block the runner for ever on a flow holding a big source."""
+        path = os.path.join(self.directory, names.FLOW)
+        with open(path + ".tmp", "wb") as f:
+            pickle.dump(self.flow, f, protocol=pickle.HIGHEST_PROTOCOL)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
 
     def _end_children(self, grace: float = 10.0) -> None:
         """No node process outlives the run: after an error in the runner

@@ -4,6 +4,7 @@ stop.  Its exit status tells the supervisor what happened."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -34,7 +35,7 @@ def _stop_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def main(flow: Any, directory: str, node: str, instance: int, epoch: int, sync: bool) -> None:
+def main(directory: str, node: str, instance: int, epoch: int, sync: bool) -> None:
     """The process's body (the target of a spawned process)."""
     stop = []
     # Ctrl-C goes to the whole process group: the runner alone decides, and
@@ -44,6 +45,8 @@ def main(flow: Any, directory: str, node: str, instance: int, epoch: int, sync: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     _stop_with_parent()
+    with open(os.path.join(directory, names.FLOW), "rb") as f:
+        flow: Any = pickle.load(f)
     with open_casket(os.path.join(directory, names.CASKET), sync=sync) as casket:
         inst = Instance(casket, flow, node, instance, epoch, should_stop=lambda: bool(stop))
         try:
