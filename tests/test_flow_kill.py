@@ -129,7 +129,7 @@ def test_wordcount_is_exactly_once_under_random_kills(tmp_path):
 
 def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path):
     path = tmp_path / "in.txt"
-    rows = [f"row {i:05d} " + "x" * (i % 37) for i in range(4000)]
+    rows = [f"row {i:05d} " + "x" * (i % 37) for i in range(30000)]
     path.write_text("\n".join(rows) + "\n")
     f = Flow("copy")
     f.source("lines", FileSource(str(path), block_size=200, lines=True), batch=1)
