@@ -17,7 +17,7 @@ from array import array
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
 
-from . import _aio, errors
+from . import _aio
 from ._qstore import ffi, lib
 from . import _batch
 from ._batch import Batch, Pending
@@ -893,11 +893,8 @@ class Queue(Generic[T]):
         timeout seconds, then the queue's Full error); an unbounded queue
         never waits."""
         t = None if timeout is None else _timeout_arg(True, timeout)
-        full = getattr(errors, "Full", None)
-        if full is None:        # no bounded queues: a put always has room
-            return self.put(payload)
-        put_nowait = getattr(self, "put_nowait")
-        return await _aio.wait_for_take(self, "put_async", lambda: put_nowait(payload), (full,), t)
+        return await _aio.wait_for_take(self, "put_async", lambda: self.put_nowait(payload),
+                                        (Full,), t)
 
     def __aiter__(self) -> AsyncIterator[T]:
         """``async for item in q``: :meth:`get_async` without a timeout,
