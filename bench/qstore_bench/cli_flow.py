@@ -41,7 +41,7 @@ def _breakdown_table(title: str, rows: list[dict[str, Any]]) -> Table:
                     "work share", "ms/firing outside work"],
             [[r["node"], str(r["instances"]), _opt(r["firings"], ","), f"{r['items_in']:,}",
               f"{r['items_out']:,}", _opt(r["work_s"], ".3f"), _opt(r["span_s"], ".3f"),
-              _opt(r["work_share"], ".1%"), _opt(r["outside_ms_per_firing"], ".2f")]
+              _opt(r["work_share"], ".1%"), _opt(r["outside_ms_per_firing"], ".3g")]
              for r in rows])
 
 

@@ -185,6 +185,19 @@ def saved_items(directory: str) -> list[Any]:
 
 # ------------------------------------------------------------ layouts, runs
 
+def _layout_entry() -> Optional[str]:
+    """Where the local runner takes a layout: "Runner" (its constructor),
+    "run" (only the function), or None (it has one layout, the shared
+    casket)."""
+    from pyqstore.flow import runner as rn
+
+    if "layout" in inspect.signature(Runner.__init__).parameters:
+        return "Runner"
+    if "layout" in inspect.signature(rn.run).parameters:
+        return "run"
+    return None
+
+
 def layouts_supported() -> tuple[Optional[list[str]], str]:
     """The layouts the local runner accepts, as far as it says: (names or
     None when it takes a layout but does not list them, how that was
@@ -193,34 +206,44 @@ def layouts_supported() -> tuple[Optional[list[str]], str]:
     import pyqstore.flow as pf
     from pyqstore.flow import runner as rn
 
-    params = inspect.signature(Runner.__init__).parameters
-    if "layout" not in params:
-        return [SHARED], "Runner takes no layout: its one layout is the shared casket"
+    entry = _layout_entry()
+    if entry is None:
+        return [SHARED], "the runner takes no layout: its one layout is the shared casket"
     for owner in (pf, rn):
         declared = getattr(owner, "LAYOUTS", None)
         if declared:
             return [str(x) for x in declared], f"{owner.__name__}.LAYOUTS"
-    args = getattr(params["layout"].annotation, "__args__", None)
+    fn = Runner.__init__ if entry == "Runner" else rn.run
+    args = getattr(inspect.signature(fn).parameters["layout"].annotation, "__args__", None)
     if args and all(isinstance(a, str) for a in args):
         return list(args), "the layout parameter's Literal type"
-    return None, "Runner takes a layout but does not list them: each is tried"
+    return None, "the runner takes a layout but does not list them: each is tried"
 
 
 def run_flow(flow: Flow, directory: str, sync: bool = True, layout: Optional[str] = None,
              timeout: float = RUN_TIMEOUT) -> tuple[float, Any]:
     """Run flow on directory with the local runner; (wall seconds of the
-    whole run, its Summary).  RuntimeError when it did not finish within
-    timeout seconds (the runner is stopped first)."""
-    kw: dict[str, Any] = {} if layout is None else {"layout": layout}
-    runner = Runner(flow, directory, sync=sync, display=None, **kw)
-    timer = threading.Timer(timeout, runner.stop)
-    timer.daemon = True
-    timer.start()
+    whole run, its Summary).  layout: passed to the runner when it takes
+    one (None: its default).  RuntimeError when it did not finish within
+    timeout seconds (the runner is stopped first; a runner that takes the
+    layout only in run() cannot be stopped, so that run has no timeout),
+    or when a node failed an item."""
+    from pyqstore.flow import runner as rn
+
+    entry = _layout_entry() if layout is not None else None
     t0 = time.perf_counter()
-    try:
-        summary = runner.run()
-    finally:
-        timer.cancel()
+    if entry == "run":
+        summary = rn.run(flow, directory, sync=sync, display=None, layout=layout)  # type: ignore[call-arg, unused-ignore]
+    else:
+        kw: dict[str, Any] = {} if entry is None else {"layout": layout}
+        runner = Runner(flow, directory, sync=sync, display=None, **kw)
+        timer = threading.Timer(timeout, runner.stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            summary = runner.run()
+        finally:
+            timer.cancel()
     dt = time.perf_counter() - t0
     if not summary.finished:
         raise RuntimeError(f"flow {flow.name!r} did not finish within {timeout:.0f} s")
@@ -356,7 +379,7 @@ def chain(n: int, batch: int, sync: bool, layouts: list[str], reps: int = 1,
     rounds, alternating, each on fresh files; medians.  Every run must
     deliver each item once (count and sum of the item numbers)."""
     supported, how = layouts_supported()
-    takes_layout = "layout" in inspect.signature(Runner.__init__).parameters
+    takes_layout = _layout_entry() is not None
     report: dict[str, Any] = {}
     usable = []
     for lay in layouts:
@@ -481,9 +504,10 @@ def widefinder_flow(path: str, block: int, parsers: int, strategy: str, stats_di
         raise ValueError(f"strategies are {', '.join(STRATEGIES)}, not {strategy!r}")
     f = Flow(f"widefinder-{strategy}")
     f.source("log", TimedFile(path, block, stats_dir), batch=1)
-    # a few blocks queued per parser: a block is up to 64 MiB
+    # a block is up to 64 MiB: one held by each parser (reserved items
+    # count) and two waiting
     f.node("parse", Parse(strategy, stats_dir), parallelism=parsers, batch=1,
-           maxsize=2 * parsers + 1, max_deliveries=0)
+           maxsize=parsers + 2, max_deliveries=0)
     # refs: one item per hit, at most one hit per line (a line is > 64 bytes)
     hits = block // 64 + 1000
     if strategy == "refs":

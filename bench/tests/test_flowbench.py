@@ -54,11 +54,14 @@ def test_chain_against_the_loop_on_every_layout_asked_for(tmp_path):
 
 
 def test_the_layouts_found_are_the_runners():
+    from pyqstore.flow import runner as rn
+
     names, how = fb.layouts_supported()
-    if "layout" not in inspect.signature(Runner.__init__).parameters:
+    takes = any("layout" in inspect.signature(f).parameters for f in (Runner.__init__, rn.run))
+    if not takes:
         assert names == ["shared"] and "no layout" in how
     else:
-        assert names is None or "shared" in names or names
+        assert names is None or len(names) >= 1
 
 
 class DropFirst:

@@ -581,7 +581,10 @@ def small_report(tmp_path_factory):
 
 def test_report_writes_a_page_with_every_experiment(small_report):
     outdir, page = small_report
-    for part in ("Seed 000", "Seed 001", "Seed 002", "Seed 004", "serialization"):
+    for part in ("Seed 000", "Seed 001", "Seed 002", "Seed 004", "serialization",
+                 "the runner&#39;s cost", "Seed 004 as a flow", "Seed 001 as a flow: WordCount",
+                 "Seed 002 on a flow", "lm(formula = items_per_s ~ parallelism + batch)",
+                 "flow, layout shared", "where the time goes"):
         assert part in page
     for png in ("sweep.png", "sweep-queue.png", "tune.png", "drain.png", "codecs.png"):
         assert (outdir / png).read_bytes()[:4] == b"\x89PNG" and png in page
@@ -597,6 +600,9 @@ def test_the_report_formats_numbers_like_the_text_tables(small_report):
     assert "{'" not in page                       # no raw Python dict
     assert page.count("<figcaption>") == page.count("<img ") == 5
     assert "Residual standard error" in page and "lm(formula = items_per_s ~ writers + batch)" in page
+    # every flow answered what its reference answers
+    assert page.count("counted what the single-threaded baseline counted: yes") == 2
+    assert "the flow's counts equal collections.Counter's: yes" in page    # template text
     # drain's and codecs' text tables, cell for cell
     for title in ("the seed&#39;s baseline", "best and worst combination",
                   "pyqstore, mapreduce: seconds", "the 10 most fetched articles"):
