@@ -152,3 +152,41 @@ def test_a_full_outbox_makes_the_firing_wait_outside_its_transaction(tmp_path):
         assert fired.input("sink").get_many(100) == list(range(20))
     finally:
         fired.close()
+
+
+def test_the_local_transport_calls_a_receiver_holding_its_lock_unreachable(tmp_path):
+    """A receiver that holds its write lock past lock_timeout (a stopped or
+    stalled process) is a TimeoutError, one of the errors the sender
+    offers again after, not an error that ends the sender."""
+    from pyqstore.flow import LocalTransport, TRANSPORT_ERRORS, claim
+    from pyqstore.flow.pernode import configure_inputs
+    f = flow_of(10)
+    (tmp_path / names.NODES).mkdir()
+    path = str(tmp_path / names.node_casket("sink", 0))
+    with pyqstore.open(path, sync=False) as db:
+        configure_inputs(db, f, "sink", 0)
+        epoch = claim(db)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pyqstore.open(path, sync=False) as db:
+            with db.transaction():
+                db.put(b"k", b"v")
+                held.set()
+                release.wait(30)
+    t = threading.Thread(target=hold)
+    t.start()
+    transport = LocalTransport(str(tmp_path), f, "sink", 0, epoch, sync=False)
+    try:
+        assert held.wait(10)
+        with pytest.raises(TimeoutError, match="locked by another thread or process") as e:
+            transport.accept(names.edge_to("src.out->sink.in", 0), names.sender("src", 0), 1,
+                             [b"x"])
+        assert isinstance(e.value, TRANSPORT_ERRORS)
+        release.set()
+        t.join(10)
+        assert transport.accept(names.edge_to("src.out->sink.in", 0), names.sender("src", 0),
+                                1, [b"x"]).value == "accepted"
+    finally:
+        release.set()
+        transport.close()
