@@ -5,8 +5,10 @@ The model (:mod:`.graph`: :class:`Flow`), sources and sinks
 (:mod:`.firing`), the local runner (:mod:`.runner`: :func:`run`), and the
 exactly-once edge between two caskets (:mod:`.edge`: :class:`Outbox`,
 :class:`Inbox`, :func:`transfer`) with the one-owner-per-casket rule
-(:mod:`.owner`: :func:`claim`).  See README.md "Flows" and docs/DESIGN.md
-"Flows" and "Flow edges".
+(:mod:`.owner`: :func:`claim`), and the per-node layout built on it
+(:mod:`.pernode`: :class:`NodeInstance`, :class:`Sender`; :mod:`.transport`:
+:class:`Transport`, :class:`LocalTransport`).  See README.md "Flows" and
+docs/DESIGN.md "Flows" and "Flow edges".
 """
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from .edge import TRANSPORT_ERRORS, Inbox, Outbox, Verdict, transfer
 from .graph import Flow
 from .owner import check_local_volume, claim, owner_epoch
 from .partition import partition
+from .pernode import NodeInstance, Sender
 from .runner import Runner, Summary, run
 from .sinks import CallbackSink, FileSink, QueueSink
 from .sources import FileSource, IterableSource
+from .transport import LocalTransport, Transport, TransportFactory
 
 __all__ = ["Flow", "run", "Runner", "Summary", "IterableSource", "FileSource",
            "CallbackSink", "FileSink", "QueueSink", "partition",
            "Outbox", "Inbox", "Verdict", "transfer", "TRANSPORT_ERRORS",
-           "claim", "owner_epoch", "check_local_volume"]
+           "claim", "owner_epoch", "check_local_volume",
+           "NodeInstance", "Sender", "Transport", "TransportFactory", "LocalTransport"]

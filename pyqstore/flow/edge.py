@@ -13,13 +13,14 @@ across kills of either side.
 Names (edge, sender) are non-empty str without NUL.  The records this module
 keeps in a casket are prefixed ``flow/``: ``flow/seq/…`` (the last sequence
 number an outbox assigned) and ``flow/mark/…`` (the last one an inbox
-applied); the outbox's queues are ``flow/outbox/…`` (one item per batch) and
-``flow/room/…`` (one token per free batch slot, so that a producer can wait
-for room with a blocking reserve rather than by polling).
+applied) and ``flow/end/…`` (the sequence number of a sender's end of
+stream, once applied); the outbox is the bounded queue ``flow/outbox/…``
+(one item per batch, maxsize the outbox's bound).
 """
 from __future__ import annotations
 
 import enum
+import os
 import struct
 import threading
 import time
@@ -29,6 +30,7 @@ from .. import Casket, Queue
 from ..errors import (
     CorruptError,
     Empty,
+    Full,
     InvalidArgumentError,
     OutboxFull,
     TransactionError,
@@ -43,7 +45,24 @@ Payload = Union[bytes, bytearray, memoryview]
 
 _HEAD = struct.Struct(">QI")  # a batch: seq, count, count lengths, the payloads
 _LEN = struct.Struct(">I")
-_TOKEN = b""
+
+#: How often a producer waiting for room looks again when the batches are
+#: sent by another process: a transfer in the producer's own process wakes
+#: it at once (:meth:`Outbox.sent` notifies), one elsewhere cannot, since a
+#: queue has a futex word for its items but none for its room.
+_ROOM_RECHECK = 0.05
+_room_lock = threading.Lock()
+_room_signals: dict[tuple[str, str], threading.Condition] = {}
+
+
+def _room_signal(path: str, queue: str) -> threading.Condition:
+    """The condition every Outbox of this process on one outbox queue
+    shares: sent() notifies it, wait_for_room() waits on it."""
+    with _room_lock:
+        cond = _room_signals.get((path, queue))
+        if cond is None:
+            cond = _room_signals[(path, queue)] = threading.Condition()
+        return cond
 
 
 class Verdict(enum.Enum):
@@ -56,10 +75,14 @@ class Verdict(enum.Enum):
     #: Early (sequence > mark + 1): refused, nothing stored; send it again
     #: after the batches before it.
     GAP = "gap"
+    #: The input port (a bounded queue) has no room for the batch: refused,
+    #: nothing stored; send it again once the receiver has consumed some.
+    FULL = "full"
 
 
 #: The receiver's entry point as the sender calls it:
-#: ``accept(edge, sender, seq, payloads) -> Verdict``.
+#: ``accept(edge, sender, seq, payloads) -> Verdict``; payloads [] is the
+#: sender's end of stream on that edge.
 Accept = Callable[[str, str, int, list[bytes]], Verdict]
 
 #: What :func:`transfer` takes for a failed call that may succeed later
@@ -137,21 +160,22 @@ def _wait_for_item(queue: Queue[bytes], timeout: Optional[float]) -> bool:
 
 class Outbox:
     """The unsent batches of one edge from one sending instance, in the
-    sender's own casket, at most ``max_batches`` of them.
+    sender's own casket, at most ``max_batches`` of them: the bounded queue
+    ``flow/outbox/E/S``, one item per batch.
 
-    :meth:`put` runs inside the sender's firing transaction; :meth:`next`,
-    :meth:`wait` and :meth:`sent` are the transfer's (one thread, see
-    :func:`transfer`).  Every call that writes, and :meth:`next`, first
-    checks the casket's owner epoch: StaleOwner once another owner claimed
-    the casket.
+    :meth:`put` and :meth:`put_end` run inside the sender's firing
+    transaction; :meth:`next`, :meth:`wait` and :meth:`sent` are the
+    transfer's (one thread, see :func:`transfer`).  Every call that
+    writes, and :meth:`next`, first checks the casket's owner epoch:
+    StaleOwner once another owner claimed the casket.
     """
 
     def __init__(self, casket: Casket, edge: str, sender: str, epoch: int,
                  max_batches: int = 64) -> None:
         """The outbox of (edge, sender) in casket, for the owner holding
-        epoch (:func:`pyqstore.flow.claim`).  Making it sets the room to
-        ``max_batches`` minus the batches it holds, in one transaction (a
-        bound changed since the last run takes effect)."""
+        epoch (:func:`pyqstore.flow.claim`).  Making it stores the queue's
+        maxsize, ``max_batches`` or what it holds if that is more (a bound
+        lowered since the last run takes effect as batches leave)."""
         self.edge = _name(edge, "edge")
         self.sender = _name(sender, "sender")
         if isinstance(max_batches, bool) or not isinstance(max_batches, int):
@@ -164,26 +188,41 @@ class Outbox:
         tail = _key(b"", edge, sender).decode("utf-8")
         self._seq_key = b"flow/seq/" + tail.encode("utf-8")
         self._batches = casket.queue("flow/outbox/" + tail)
-        self._room = casket.queue("flow/room/" + tail)
+        self._signal = _room_signal(os.fsdecode(casket.path), self._batches.name)
         with casket.transaction():
             require_owner(casket, epoch)
-            self._set_room(sum(1 for _ in self._batches.iter()))
+            self._set_bound(self.held())
 
-    def _set_room(self, held: int) -> None:
-        # Inside a transaction.  The room is the bound minus the batches
-        # held, never below 0: a bound lowered below what the outbox holds
-        # gives room back only once the batches fell under it.  iter()
-        # counts reserved tokens too (a producer's wait_for_room holds one
-        # for an instant; one killed meanwhile gives it back).
-        tokens = sum(1 for _ in self._room.iter())
-        want = max(0, self.max_batches - held)
-        if tokens < want:
-            self._room.put_many([_TOKEN] * (want - tokens))
-        elif tokens > want:
-            self._room.get_many(tokens - want)
+    def _set_bound(self, held: int) -> None:
+        # Inside a transaction.  A maxsize below what the queue holds is
+        # refused (BoundError), so a lowered bound is stored as the batches
+        # held until sent() brings them under it.
+        want = max(self.max_batches, held)
+        if self._batches.maxsize != want:
+            self._casket.queue(self._batches.name, maxsize=want)
+
+    def held(self) -> int:
+        """The batches in the outbox, unsent or being offered."""
+        q = self._batches
+        return len(q) + len(q.pending())
 
     def __repr__(self) -> str:
         return f"<pyqstore.flow.Outbox {self.edge!r} from {self.sender!r} in {self._casket.path!r}>"
+
+    def _append(self, items: list[bytes], txn: Casket) -> int:
+        casket = self._casket
+        if txn is not casket or not casket.in_transaction:
+            raise TransactionError(
+                f"Outbox.put must run inside the calling thread's transaction on "
+                f"{casket.path!r}, passed as txn; got {txn!r}")
+        require_owner(casket, self.epoch)
+        seq = read_counter(casket, self._seq_key) + 1
+        try:
+            self._batches.put_nowait(_encode(seq, items))
+        except Full:
+            raise OutboxFull(f"{self!r} holds {self.max_batches} unsent batches") from None
+        write_counter(casket, self._seq_key, seq)
+        return seq
 
     def put(self, payloads: Iterable[Payload], txn: Casket) -> Optional[int]:
         """Add payloads as the next batch, inside txn, the transaction of
@@ -195,36 +234,42 @@ class Outbox:
         again); StaleOwner; TypeError for a payload that is not bytes-like;
         TransactionError when txn is not such a transaction."""
         items = _payloads(payloads)
-        casket = self._casket
-        if txn is not casket or not casket.in_transaction:
-            raise TransactionError(
-                f"Outbox.put must run inside the calling thread's transaction on "
-                f"{casket.path!r}, passed as txn; got {txn!r}")
         if not items:
             return None
-        require_owner(casket, self.epoch)
-        try:
-            self._room.get_nowait()
-        except Empty:
-            raise OutboxFull(f"{self!r} holds {self.max_batches} unsent batches") from None
-        seq = read_counter(casket, self._seq_key) + 1
-        write_counter(casket, self._seq_key, seq)
-        self._batches.put(_encode(seq, items))
-        return seq
+        return self._append(items, txn)
+
+    def put_end(self, txn: Casket) -> int:
+        """Add the sender's end of stream on this edge, a batch of no
+        payloads, inside txn as :meth:`put` (after it, the sender puts
+        nothing more).  The receiver records it with its mark
+        (:meth:`Inbox.ended`).  Returns its sequence number; OutboxFull,
+        StaleOwner, TransactionError as :meth:`put`."""
+        return self._append([], txn)
 
     def wait_for_room(self, timeout: Optional[float] = None) -> bool:
-        """Wait (blocking, no polling) until the outbox has room for a batch
-        or timeout seconds passed (None: no limit); True when there is room.
-        Called outside a transaction, before the firing that puts: room only
-        comes from :meth:`sent` in another thread or process."""
+        """Wait until the outbox has room for a batch or timeout seconds
+        passed (None: no limit); True when there is room.  Called outside a
+        transaction, before the firing that puts: room only comes from
+        :meth:`sent` in another thread or process.  A :meth:`sent` of this
+        process wakes it at once; one of another process is seen within
+        50 ms."""
         if self._casket.in_transaction:
             raise TransactionError("wait_for_room inside a transaction would never see room")
-        return _wait_for_item(self._room, timeout)
+        end = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._signal:
+            while self.held() >= self.max_batches:
+                left = _ROOM_RECHECK if end is None else min(_ROOM_RECHECK,
+                                                             end - time.monotonic())
+                if left <= 0:
+                    return False
+                self._signal.wait(left)
+        return True
 
     def pending(self, limit: int) -> list[tuple[int, list[bytes]]]:
         """Up to limit unsent batches, oldest first, as (seq, payloads),
-        without removing them.  StaleOwner once the casket has another
-        owner (its batches are that owner's to send now)."""
+        without removing them (payloads [] is the end of stream).
+        StaleOwner once the casket has another owner (its batches are that
+        owner's to send now)."""
         require_owner(self._casket, self.epoch)
         where = repr(self)
         return [_decode(raw, where) for raw in self._batches.peek_many(limit)]
@@ -243,9 +288,10 @@ class Outbox:
     def sent(self, seq: int) -> int:
         """The receiver holds every batch up to seq (it answered ACCEPTED or
         DUPLICATE for seq, and it applies batches only in order): remove
-        them and give their room back, in one transaction.  Returns how many
-        were removed (0 when they were gone already).  InvalidArgumentError
-        for a seq this outbox never assigned; StaleOwner."""
+        them, in one transaction, and wake the producers of this process
+        waiting for room.  Returns how many were removed (0 when they were
+        gone already).  InvalidArgumentError for a seq this outbox never
+        assigned; StaleOwner."""
         seq = _seq(seq)
         casket = self._casket
         removed = 0
@@ -265,9 +311,10 @@ class Outbox:
                 if done < len(heads) or not heads:
                     break
             if removed:
-                # len() leaves out reserved batches, and only this thread's
-                # wait() reserves one, for an instant, before it returns
-                self._set_room(len(self._batches))
+                self._set_bound(self.held())
+        if removed:
+            with self._signal:
+                self._signal.notify_all()
         return removed
 
 
@@ -291,6 +338,13 @@ class Inbox:
     def __repr__(self) -> str:
         return f"<pyqstore.flow.Inbox of {self._casket.path!r}>"
 
+    def ended(self, edge: str, sender: str) -> bool:
+        """Whether the end of stream of sender on edge was applied (a batch
+        of no payloads, :meth:`Outbox.put_end`): every batch it will send
+        on that edge is in the input port."""
+        key = _key(b"flow/end/", _name(edge, "edge"), _name(sender, "sender"))
+        return self._casket.get(key) is not None
+
     def mark(self, edge: str, sender: str) -> int:
         """The sequence number of the last batch applied from sender on
         edge (0 before the first)."""
@@ -313,52 +367,69 @@ class Inbox:
         key = _key(b"flow/mark/", edge, _name(sender, "sender"))
         seq = _seq(seq)
         items = _payloads(payloads)
-        if not items:
-            raise InvalidArgumentError(f"batch {seq} of {sender!r} on {edge!r} holds no payload")
         casket = self._casket
-        with casket.transaction():
-            require_owner(casket, self.epoch)
-            mark = read_counter(casket, key)
-            if seq != mark + 1:
-                return Verdict.DUPLICATE if seq <= mark else Verdict.GAP
-            port.put_many(items)
-            write_counter(casket, key, seq)
+        try:
+            with casket.transaction():
+                require_owner(casket, self.epoch)
+                mark = read_counter(casket, key)
+                if seq != mark + 1:
+                    return Verdict.DUPLICATE if seq <= mark else Verdict.GAP
+                if items:
+                    port.put_many(items)
+                else:
+                    write_counter(casket, _key(b"flow/end/", edge, sender), seq)
+                write_counter(casket, key, seq)
+        except Full:
+            return Verdict.FULL
         return Verdict.ACCEPTED
 
 
 def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
              stop: Optional[threading.Event] = None,
              retry_on: tuple[type[BaseException], ...] = TRANSPORT_ERRORS,
-             backoff: float = 0.01, max_backoff: float = 1.0) -> int:
-    """Move the outbox's batches to the receiver, oldest first, one at a
-    time: offer each to ``accept(edge, sender, seq, payloads)`` and remove it
-    once the answer is ACCEPTED or DUPLICATE.  On GAP, or when accept raises
-    one of retry_on (a transport error), offer it again after a pause that
-    doubles from backoff up to max_backoff seconds; any other exception
-    (StaleOwner, bad input) is raised.  When the outbox is empty, wait up to
-    ``wait`` seconds (None: no limit) for a batch.  Returns the number of
-    batches delivered, when the outbox stayed empty for ``wait`` or once
-    stop is set.
+             backoff: float = 0.01, max_backoff: float = 1.0, window: int = 1) -> int:
+    """Move the outbox's batches to the receiver, oldest first: offer up to
+    ``window`` of them in order, each to ``accept(edge, sender, seq,
+    payloads)``, and remove those up to the last answered ACCEPTED or
+    DUPLICATE in one :meth:`Outbox.sent` (the receiver applies batches only
+    in order, so it holds every one before).  On GAP or FULL, or when
+    accept raises one of retry_on (a transport error), stop offering and
+    offer that batch again after a pause that doubles from backoff up to
+    max_backoff seconds; any other exception (StaleOwner, bad input) is
+    raised.  When the outbox is empty, wait up to ``wait`` seconds (None:
+    no limit) for a batch.  Returns the number of batches delivered, when
+    the outbox stayed empty for ``wait`` or once stop is set.
 
     Only one transfer may run per outbox at a time (its removals assume the
     batches it offered are still at the front)."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, not {window!r}")
     delivered = 0
     pause = backoff
     while not (stop is not None and stop.is_set()):
-        batch = outbox.next()
-        if batch is None:
+        batches = outbox.pending(window)
+        if not batches:
             if not outbox.wait(wait):
                 return delivered
             continue
-        seq, payloads = batch
-        try:
-            verdict: Optional[Verdict] = Verdict(accept(outbox.edge, outbox.sender, seq, payloads))
-        except retry_on:
-            verdict = None
-        if verdict is Verdict.ACCEPTED or verdict is Verdict.DUPLICATE:
-            outbox.sent(seq)
-            delivered += 1
+        held: Optional[int] = None
+        refused = False
+        for seq, payloads in batches:
+            try:
+                verdict: Optional[Verdict] = Verdict(accept(outbox.edge, outbox.sender, seq,
+                                                            payloads))
+            except retry_on:
+                verdict = None
+            if verdict is Verdict.ACCEPTED or verdict is Verdict.DUPLICATE:
+                held = seq
+                delivered += 1
+                continue
+            refused = True
+            break
+        if held is not None:
+            outbox.sent(held)
             pause = backoff
+        if not refused:
             continue
         if stop is not None:
             stop.wait(pause)

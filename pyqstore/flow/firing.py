@@ -21,10 +21,10 @@ from typing import Any, Callable, Optional
 
 from .. import Casket, Queue
 from .._queue import CodecName
-from ..errors import Empty, FlowError, Full
+from ..errors import Empty, FlowError, Full, OutboxFull
 from . import names
 from ._records import read_counter, write_counter
-from .graph import Flow, Node, work_arity
+from .graph import Edge, Flow, Node, work_arity
 from .owner import require_owner
 from .partition import partition
 from .state import State
@@ -163,7 +163,7 @@ class Instance:
 
     # -------------------------------------------------------------- routing
 
-    def _routed(self, result: Any) -> list[tuple[Queue[Any], list[Any]]]:
+    def _routed(self, result: Any) -> list[tuple[Any, list[Any]]]:
         """The puts of this firing: per downstream queue, its items in
         order.  An output port with several edges sends each its copy."""
         ctx = self.ctx
@@ -172,16 +172,11 @@ class Instance:
                 raise FlowError(f"node {self.node.name!r} returned items but has no output "
                                 f"port 'out'; emit them with ctx.emit(port, ...)")
             ctx.emitted.setdefault("out", []).extend(result)
-        puts: dict[str, tuple[Queue[Any], list[Any]]] = {}
+        puts: dict[str, tuple[Any, list[Any]]] = {}
         bound: dict[str, str] = {}
         for port, items in ctx.emitted.items():
             for e in self.flow.edges_from(self.node.name, port):
-                k = self.flow.nodes[e.dst].parallelism
-                for x in items:
-                    qn = names.input_queue(e.dst, e.dst_port,
-                                           None if e.key is None else partition(e.key(x), k))
-                    puts.setdefault(qn, (self._queue(qn, e.codec), []))[1].append(x)
-                    bound[qn] = e.dst
+                self._route(e, items, puts, bound)
         for qn, dst in bound.items():
             m = self.flow.nodes[dst].maxsize
             if len(puts[qn][1]) > m:
@@ -192,19 +187,30 @@ class Instance:
             puts.setdefault(qn, (self._queue(qn, "pickle"), []))[1].extend(items)
         return [v for v in puts.values() if v[1]]
 
-    def _room_for(self, puts: list[tuple[Queue[Any], list[Any]]]) -> bool:
+    def _route(self, e: Edge, items: list[Any], puts: dict[str, tuple[Any, list[Any]]],
+               bound: dict[str, str]) -> None:
+        """Add the items sent on edge e to puts, under the name of the queue
+        each goes to (bound: that name's receiving node, whose maxsize a
+        firing's items must fit).  The per-node layout routes to outboxes."""
+        k = self.flow.nodes[e.dst].parallelism
+        for x in items:
+            qn = names.input_queue(e.dst, e.dst_port,
+                                   None if e.key is None else partition(e.key(x), k))
+            puts.setdefault(qn, (self._queue(qn, e.codec), []))[1].append(x)
+            bound[qn] = e.dst
+
+    def _room_for(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         for q, items in puts:
             m = q.config().maxsize
             if m and len(q) + len(q.pending()) + len(items) > m:
                 return False
         return True
 
-    def _commit(self, batch: Any, puts: list[tuple[Queue[Any], list[Any]]],
+    def _commit(self, batch: Any, puts: list[tuple[Any, list[Any]]],
                 counts: dict[str, int]) -> bool:
         """The firing's one transaction; on a full downstream queue, wait
         for room outside it and try again.  False when told to stop while
         waiting (nothing committed)."""
-        pause = 0.002
         while True:
             try:
                 with self.casket.transaction():
@@ -220,13 +226,20 @@ class Instance:
                         self._bump(what, by)
                 self.ctx._reset()
                 return True
-            except Full:
+            except (Full, OutboxFull):
                 pass
-            while not self._room_for(puts):
-                if self.should_stop():
-                    return False
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+            if not self._wait_for_room(puts):
+                return False
+
+    def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
+        """Wait until every put fits; False when told to stop first."""
+        pause = 0.002
+        while not self._room_for(puts):
+            if self.should_stop():
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return True
 
     # --------------------------------------------------------------- firing
 
@@ -323,11 +336,18 @@ class Instance:
         this instance holds nothing, available or reserved.  The finished
         marks are read first: an upstream instance commits its last items
         with its mark, so nothing can arrive after this check holds."""
+        if not self._upstream_done():
+            return False
+        return all(len(q) == 0 and not q.pending() for _, q in self.inputs)
+
+    def _upstream_done(self) -> bool:
+        """Every upstream instance has committed its last output (here: its
+        finished mark in the shared casket)."""
         for up in self.flow.upstream(self.node.name):
             for i in range(self.flow.nodes[up].parallelism):
                 if not read_counter(self.casket, names.meta_key(up, i, "done")):
                     return False
-        return all(len(q) == 0 and not q.pending() for _, q in self.inputs)
+        return True
 
     def try_finish(self) -> bool:
         """Finish when the inputs are exhausted (a source: when it produced

@@ -35,3 +35,30 @@ def meta_key(node: str, instance: int, what: str) -> bytes:
     """A bookkeeping record of an instance: ``in``, ``out``, ``failed``
     (counters), ``done`` (finished), ``seq`` and ``inflight`` (sinks)."""
     return instance_prefix(node, instance) + b"m/" + what.encode()
+
+
+# ------------------------------------------------- the per-node layout
+
+#: the run's directory records its layout here ("shared" or "per-node"), so
+#: a resumed run cannot read one layout's caskets as the other's
+LAYOUT = "layout"
+#: the per-node layout's caskets, one per node instance, in this directory
+NODES = "nodes"
+
+
+def node_casket(node: str, instance: int) -> str:
+    """The casket of one node instance on the per-node layout, relative to
+    the run's directory (node names hold no '/' nor '.', so the name is
+    unambiguous)."""
+    return f"{NODES}/{node}.{instance}.qdb"
+
+
+def edge_to(edge: str, instance: int) -> str:
+    """The name on the wire of an edge into one receiving instance: the
+    sender keeps an outbox, and the receiver a mark, per such name."""
+    return f"{edge}[{instance}]"
+
+
+def sender(node: str, instance: int) -> str:
+    """The name of a sending instance on the wire."""
+    return f"{node}[{instance}]"

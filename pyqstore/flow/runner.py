@@ -6,6 +6,7 @@ flow again on the same directory resumes it: every position, queue and
 state is in the casket."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -23,6 +24,10 @@ from ._records import read_counter
 from .firing import configure_queues
 from .graph import Flow
 from .owner import claim
+from .pernode import DEFAULT_MAX_BATCHES, configure_inputs
+
+#: the layouts of a run's caskets: one shared casket, or one per node instance
+LAYOUTS = ("shared", "per-node")
 
 __all__ = ["run", "Runner", "Summary", "NodeSummary"]
 
@@ -56,14 +61,19 @@ class Summary:
 
 
 def summarize(casket: Any, flow: Flow, restarts: dict[tuple[str, int], int]) -> Summary:
+    """The counters of every node; casket is the shared casket, or on the
+    per-node layout a mapping (node, instance) -> that instance's casket."""
+    def of(node: str, i: int) -> Any:
+        return casket[(node, i)] if isinstance(casket, dict) else casket
     nodes = {}
     for n in flow.nodes.values():
         def total(what: str) -> int:
-            return sum(read_counter(casket, names.meta_key(n.name, i, what))
+            return sum(read_counter(of(n.name, i), names.meta_key(n.name, i, what))
                        for i in range(n.parallelism))
+        holders = {id(c): c for c in (of(n.name, i) for i in range(n.parallelism))}
         nodes[n.name] = NodeSummary(
             n.name, total("in"), total("out"), total("failed"),
-            len(casket.queue(names.dead_queue(n.name))),
+            sum(len(c.queue(names.dead_queue(n.name))) for c in holders.values()),
             sum(v for (name, _), v in restarts.items() if name == n.name),
             total("done") == n.parallelism)
     return Summary(all(s.finished for s in nodes.values()), nodes)
@@ -76,8 +86,16 @@ class Runner:
 
     def __init__(self, flow: Flow, directory: str, *, sync: bool = True,
                  display: Optional[TextIO] = None, restart_pause: float = 0.1,
-                 max_crashes: int = 5) -> None:
+                 max_crashes: int = 5, layout: str = "shared",
+                 max_batches: int = DEFAULT_MAX_BATCHES) -> None:
         flow.validate()
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'shared' or 'per-node', not {layout!r}")
+        if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1:
+            raise ValueError(f"max_batches must be an int >= 1, not {max_batches!r}")
+        self.layout = layout
+        self.max_batches = max_batches
+        self._epochs: dict[tuple[str, int], int] = {}
         self.max_crashes = max_crashes
         self._crashes: dict[tuple[str, int], int] = {}
         self.crashed: Optional[str] = None
@@ -100,8 +118,12 @@ class Runner:
         self._stop.set()
 
     def _start(self, mp: Any, key: tuple[str, int], epoch: int) -> None:
-        p = mp.Process(target=worker.main, name=f"flow-{key[0]}-{key[1]}",
-                       args=(self.directory, key[0], key[1], epoch, self.sync))
+        if self.layout == "per-node":
+            args: tuple[Any, ...] = (self.directory, key[0], key[1], self._epochs[key], self.sync,
+                                     self.layout, self._epochs, self.max_batches)
+        else:
+            args = (self.directory, key[0], key[1], epoch, self.sync)
+        p = mp.Process(target=worker.main, name=f"flow-{key[0]}-{key[1]}", args=args)
         p.start()
         with self._lock:
             self._procs[key] = p
@@ -114,12 +136,24 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 handlers[sig] = signal.signal(sig, lambda *_: self._stop.set())
+        keys = [(n.name, i) for n in self.flow.nodes.values() for i in range(n.parallelism)]
         try:
-            with open_casket(path, sync=self.sync) as casket:
-                epoch = claim(casket)
+            self._check_layout()
+            with contextlib.ExitStack() as caskets:
+                if self.layout == "per-node":
+                    os.makedirs(os.path.join(self.directory, names.NODES), exist_ok=True)
+                    casket: Any = {}
+                    for key in keys:
+                        c = casket[key] = caskets.enter_context(open_casket(
+                            os.path.join(self.directory, names.node_casket(*key)), sync=self.sync))
+                        self._epochs[key] = claim(c)
+                        configure_inputs(c, self.flow, *key)
+                    epoch = 0
+                else:
+                    casket = caskets.enter_context(open_casket(path, sync=self.sync))
+                    epoch = claim(casket)
+                    configure_queues(casket, self.flow)
                 self._write_flow()
-                configure_queues(casket, self.flow)
-                keys = [(n.name, i) for n in self.flow.nodes.values() for i in range(n.parallelism)]
                 for key in keys:
                     self._start(mp, key, epoch)
                 stale = self._supervise(mp, keys, epoch, casket)
@@ -135,6 +169,29 @@ class Runner:
         if self.display is not None:
             print(summary, file=self.display)
         return summary
+
+    def _check_layout(self) -> None:
+        """Record the layout in the directory at its first run; a later run
+        with the other layout is refused (FlowError), since it would not
+        see the first's caskets.  A directory holding the shared casket
+        and no record is a shared run of before the record existed."""
+        path = os.path.join(self.directory, names.LAYOUT)
+        try:
+            with open(path) as f:
+                found = f.read().strip()
+        except FileNotFoundError:
+            found = "shared" if os.path.exists(os.path.join(self.directory, names.CASKET)) \
+                else ""
+        if found and found != self.layout:
+            raise FlowError(f"{self.directory!r} holds a run with layout {found!r}: run it again "
+                            f"with layout={found!r}, or use another directory for "
+                            f"layout={self.layout!r}")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as f:
+                f.write(self.layout + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(path + ".tmp", path)
 
     def _write_flow(self) -> None:
         """The flow, pickled, in the directory, where each node process
@@ -233,12 +290,18 @@ class Runner:
 
 
 def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
-        restart_pause: float = 0.1, max_crashes: int = 5) -> Summary:
+        restart_pause: float = 0.1, max_crashes: int = 5, layout: str = "shared",
+        max_batches: int = DEFAULT_MAX_BATCHES) -> Summary:
     """Run flow on directory with the local runner (see :class:`Runner`)
     and return the :class:`Summary`; a second run on the same directory
     resumes where the first stopped.  display: where the progress line
-    (every second) and the summary go, None for nowhere.  FlowError when
-    a node process failed max_crashes times in a row with a Python error
-    (not a kill); StaleOwner when another runner took the directory over."""
+    (every second) and the summary go, None for nowhere.  layout "shared":
+    every node in one casket, ``DIR/flow.qdb``; "per-node": each node
+    instance its own casket, ``DIR/nodes/NODE.I.qdb``, and every edge the
+    exactly-once transfer, through outboxes of at most max_batches unsent
+    batches.  A directory keeps the layout of its first run (FlowError for
+    the other).  FlowError when a node process failed max_crashes times in
+    a row with a Python error (not a kill); StaleOwner when another runner
+    took the directory over."""
     return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause,
-                  max_crashes=max_crashes).run()
+                  max_crashes=max_crashes, layout=layout, max_batches=max_batches).run()
