@@ -118,7 +118,7 @@ def test_unknown_backend_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.parametrize("cmd", ["sweep", "correctness", "perf", "tune", "drain", "codecs", "report",
-                                 "streams"])
+                                 "streams", "brokers"])
 def test_help_has_an_example(cmd):
     res = CliRunner().invoke(main, [cmd, "--help"])
     assert res.exit_code == 0 and "Example:" in res.output
@@ -581,7 +581,8 @@ def small_report(tmp_path_factory):
 
 def test_report_writes_a_page_with_every_experiment(small_report):
     outdir, page = small_report
-    for part in ("Seed 000", "Seed 001", "Seed 002", "Seed 004", "serialization"):
+    for part in ("Seed 000", "Seed 001", "Seed 002", "Seed 004", "serialization",
+                 "against the brokers"):
         assert part in page
     for png in ("sweep.png", "sweep-queue.png", "tune.png", "drain.png", "codecs.png"):
         assert (outdir / png).read_bytes()[:4] == b"\x89PNG" and png in page
