@@ -77,6 +77,51 @@ def _commit_from_threads(first: bk.Store) -> None:
                                  for k in range(5))
 
 
+@pytest.mark.parametrize("name", [b.name for b in bk.BACKENDS
+                                  if "queue" in b.kinds and not b.no_thread_handles])
+def test_consumer_threads_take_every_item_once(name, tmp_path):
+    """Four consumer threads, a handle each, taking while a producer puts:
+    every item taken once (derby's and persist-queue's select-then-delete
+    takes handed one item to two consumers; drain refused them)."""
+    import threading
+
+    b = _need(name)
+    items = [b"item-%d" % i for i in range(300)]
+    with b.session(False) as session:
+        first = bk.open_store(b, str(tmp_path), False, session)
+        stores = [first.connect() for _ in range(5)]
+        taken: list[list[bytes]] = [[] for _ in range(4)]
+        start, produced = threading.Barrier(5), threading.Event()
+        try:
+            def produce() -> None:
+                start.wait()
+                for p in items:
+                    stores[4].qput("port", p)
+                produced.set()
+
+            def consume(i: int) -> None:
+                start.wait()
+                while True:
+                    got = stores[i].qget_many("port", 3)
+                    taken[i].extend(got)
+                    if not got and produced.is_set() and not stores[i].qlen("port"):
+                        return
+
+            ths = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+            ths.append(threading.Thread(target=produce))
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join(120)
+            assert not any(t.is_alive() for t in ths)
+        finally:
+            for st in [first, *stores]:
+                st.close()
+    got = [p for part in taken for p in part]
+    assert len(got) == len(items) and sorted(got) == sorted(items), \
+        f"{len(got)} taken for {len(items)} put, {len(got) - len(set(got))} twice"
+
+
 # ------------------------------------------------------------- perf --sync
 
 SYNC_CALLS = ("fsync", "fdatasync", "msync", "sync_file_range")
