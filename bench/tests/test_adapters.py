@@ -156,11 +156,16 @@ def _count_syncs(trace: str) -> int:
 def _traced(tmp_path, args: list[str], tag: str) -> tuple[int, subprocess.CompletedProcess]:
     """A qstore-bench run under strace -f (its servers and JVM threads
     included): its durable writes, and the run."""
+    return _strace(tmp_path, ["-m", "qstore_bench.cli"] + args + ["--dir", str(tmp_path)], tag)
+
+
+def _strace(tmp_path, python_args: list[str], tag: str) -> tuple[int, subprocess.CompletedProcess]:
+    """Python with python_args under strace -f: its durable writes, and the run."""
     trace = str(tmp_path / f"strace-{tag}.txt")
     done = subprocess.run(["strace", "-f", "-qq", "-y", "-o", trace, "-e",
                            "trace=" + ",".join(SYNC_CALLS + WRITE_CALLS + ("openat",)),
-                           sys.executable, "-m", "qstore_bench.cli"] + args +
-                          ["--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                           sys.executable] + python_args, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return _count_syncs(trace), done
 
@@ -197,6 +202,33 @@ def test_sync_rows_do_a_durable_sync_per_write(name, experiment, tmp_path):
     unsynced, _ = _traced(tmp_path, args + ["--no-sync"], "nosync")
     assert synced >= writes, f"{name}: {synced} syncs over {writes} synced writes"
     assert synced - unsynced >= 0.9 * writes, (name, synced, unsynced)
+
+
+@pytest.mark.parametrize("side", ["ours", "persist_queue", "litequeue_side"])
+def test_the_ack_queue_lines_sync_every_commit_when_they_say_so(side, tmp_path):
+    """Each side of brokers' ack lines, synced: one durable sync per commit
+    (pyqstore 3 a round; persist-queue 3 an item: its ack queue commits
+    each put, get and ack; litequeue 2 a round and 1 a pop), and at least
+    90% of those more than unsynced: each ran at the level its line
+    states (litequeue's own synchronous=NORMAL made none)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed (apt-get install strace)")
+    pytest.importorskip({"persist_queue": "persistqueue", "litequeue_side": "litequeue"}
+                        .get(side, "pyqstore"))
+    batch, rounds = 5, 8
+    commits = rounds * {"ours": 3, "persist_queue": 3 * batch,
+                        "litequeue_side": 2 + batch}[side]
+
+    def run(sync: bool) -> int:
+        d = tmp_path / str(sync)
+        d.mkdir()
+        code = (f"from qstore_bench import ackqueues; "
+                f"ackqueues.{side}({str(d)!r}, {batch}, {rounds}, 64, {sync})")
+        return _strace(tmp_path, ["-c", code], f"{side}-{sync}")[0]
+
+    synced, unsynced = run(True), run(False)
+    assert synced >= commits, f"{side}: {synced} syncs over {commits} synced commits"
+    assert synced - unsynced >= 0.9 * commits, (side, synced, unsynced, commits)
 
 
 def test_sync_counting_sees_a_store_that_does_not_sync(tmp_path):
