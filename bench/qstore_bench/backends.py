@@ -107,9 +107,6 @@ class Backend:
     no_thread_handles: Optional[str] = None
     # why threads cannot share one handle
     no_shared_handle: Optional[str] = None
-    # why several threads cannot take from one queue at once (each would
-    # get some items twice)
-    no_concurrent_consumers: Optional[str] = None
     # what the rows say the backend is, when its -b name alone does not
     # (the client library driving a server, a server that keeps nothing on disk)
     label = ""
@@ -1149,22 +1146,41 @@ class Diskcache(Backend):
 _PQ_OPEN_LOCK = threading.Lock()
 
 
-class _PersistQueueStore(Store):
-    """persist-queue's SQLiteQueue, one directory per queue name.  Each
-    handle (connect(): one per thread) has its own SQLiteQueue objects, so
-    its own SQLite connections: an auto-commit one for single puts and
-    gets, and one with auto_commit=False whose task_done() commits a
-    transaction of puts (the library's documented way to batch)."""
+class _PersistQueueShared:
+    """The auto-commit SQLiteQueue objects of one store, one per queue name,
+    shared by all its handles: persist-queue's documented way for threads
+    (one queue object with multithreading=True, its README's "Multi-
+    threading Usage").  Its get is a SELECT of the head then a DELETE, made
+    atomic by the object's own action_lock, so only threads sharing the
+    object take each item once; objects of their own handed one item to two
+    threads (qstore-bench drain counted blocks twice)."""
 
-    def __init__(self, path: str, sync: bool) -> None:
+    def __init__(self) -> None:
+        self.queues: dict[str, Any] = {}
+        self.handles = 0
+
+
+class _PersistQueueStore(Store):
+    """persist-queue's SQLiteQueue, one directory per queue name.  The
+    handles of one store (connect(): one per thread) share its auto-commit
+    queue objects (_PersistQueueShared) for single puts and gets; each
+    handle has its own object with auto_commit=False, whose task_done()
+    commits a transaction of puts (the library's documented way to batch),
+    so one thread's transaction never commits another's puts."""
+
+    def __init__(self, path: str, sync: bool,
+                 shared: Optional[_PersistQueueShared] = None) -> None:
         self.path = path
         self.sync = sync
-        self.queues: dict[tuple[str, bool], Any] = {}
+        self.shared = shared or _PersistQueueShared()
+        self.shared.handles += 1
+        self.own: dict[str, Any] = {}
 
     def _q(self, name: str, auto_commit: bool = True) -> Any:
         import persistqueue
 
-        q = self.queues.get((name, auto_commit))
+        queues = self.shared.queues if auto_commit else self.own
+        q = queues.get(name)
         if q is None:
             where = os.path.join(self.path, name)
             # Made one at a time: SQLiteQueue makes its directory unless it
@@ -1173,8 +1189,10 @@ class _PersistQueueStore(Store):
             # WAL, which fails at once ("database is locked") while another
             # connection holds the file.
             with _PQ_OPEN_LOCK:
-                q = self.queues[name, auto_commit] = persistqueue.SQLiteQueue(
-                    where, auto_commit=auto_commit, multithreading=True)
+                q = queues.get(name)
+                if q is None:
+                    q = queues[name] = persistqueue.SQLiteQueue(
+                        where, auto_commit=auto_commit, multithreading=True)
         return q
 
     def qput(self, name: str, payload: bytes) -> None:
@@ -1203,21 +1221,24 @@ class _PersistQueueStore(Store):
         q.task_done()           # its commit
 
     def connect(self) -> Store:
-        return _PersistQueueStore(self.path, self.sync)
+        return _PersistQueueStore(self.path, self.sync, self.shared)
 
     def close(self) -> None:
-        for q in self.queues.values():
+        for q in self.own.values():
             q.close()
-        self.queues.clear()
+        self.own.clear()
+        with _PQ_OPEN_LOCK:
+            self.shared.handles -= 1
+            if self.shared.handles == 0:    # the last handle of the store
+                for q in self.shared.queues.values():
+                    q.close()
+                self.shared.queues.clear()
 
 
 class PersistQueue(Backend):
     """persist-queue's SQLiteQueue; queues only."""
 
     name = "persist-queue"
-    no_concurrent_consumers = ("a get by one SQLiteQueue object reads the head and deletes it "
-                               "in two statements, so the objects of several threads hand out "
-                               "the same item (qstore-bench drain counted blocks twice)")
     kinds = frozenset({"queue"})
     module = "persistqueue"
     hint = "pip install persist-queue"

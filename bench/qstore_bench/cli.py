@@ -14,6 +14,9 @@ from . import backends as bk
 from . import drain as dr
 from . import experiments as ex
 from .drain import STRATEGIES
+from . import ackqueues as ack
+from . import brokers as br
+from . import servers as sv
 from . import streams as st
 
 BACKEND_NAMES = [b.name for b in bk.BACKENDS]
@@ -105,6 +108,7 @@ def main() -> None:
       qstore-bench drain                   # seed 004's parallel consumers
       qstore-bench codecs                  # seed 000's serialization test
       qstore-bench streams                 # stream + group vs Redis Streams
+      qstore-bench brokers                 # Redis, persist-queue, litequeue
       qstore-bench report out/             # all of it, quickly, as HTML
     """
 
@@ -545,9 +549,11 @@ def _drain_tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[lis
                        [[str(n)] + [f"{v:.3f}" for v in row]
                         for n, row in zip(result["consumers"], grid)]))
     base = min(r["seconds"] for r in result["baseline"])
+    # ratios to 3 significant digits: derby's baseline/best, a hundredth of
+    # the loop's speed at the report's small sizes, printed 0.00 with 2 decimals
     rows = [[g["backend"], g["strategy"], _cell_name(g["best"]), f"{g['best']['seconds']:.3f}",
              _cell_name(g["worst"]), f"{g['worst']['seconds']:.3f}",
-             f"{g['worst_over_best']:.2f}", f"{base / g['best']['seconds']:.2f}"]
+             f"{g['worst_over_best']:.3g}", f"{base / g['best']['seconds']:.3g}"]
             for g in result["extremes"]]
     tables.append(("best and worst combination (consumers x block) per backend and strategy; "
                    "baseline/best > 1: faster than the single-threaded loop",
@@ -688,20 +694,33 @@ def drain(size: str, log_path: Optional[str], blocks: str, scale: float, consume
         sys.exit(1)
 
 
+_SYNC_MODES = {"both": [True, False], "sync": [True], "no-sync": [False]}
+
+
+def _sync_mode(f: Any) -> Any:
+    return click.option(
+        "--sync", "sync_mode", type=click.Choice(list(_SYNC_MODES)), default="both",
+        show_default=True,
+        help="sync: the lines beside sync=True (redis appendfsync always, SQLite "
+             "synchronous=FULL); no-sync: beside sync=False (redis appendfsync no and its "
+             "default, RDB; SQLite synchronous=NORMAL)")(f)
+
+
+def _scratch_and_json(f: Any) -> Any:
+    f = click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+                     default=None, help="also write the results as JSON to this file")(f)
+    return click.option("--dir", "base", type=click.Path(file_okay=False, exists=True),
+                        default=None, help="where scratch files go (default: a temp dir)")(f)
+
+
 @main.command()
 @click.option("--batches", default="100,1000", show_default=True,
               help="items per round (comma-separated)")
 @click.option("--rounds", type=click.IntRange(1), default=20, show_default=True,
               help="rounds of append, group read and ack per batch size")
 @click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=64, show_default=True)
-@click.option("--sync", "sync_mode", type=click.Choice(["both", "sync", "no-sync"]),
-              default="both", show_default=True,
-              help="sync: redis appendfsync always vs sync=True; no-sync: appendfsync no "
-                   "vs sync=False")
-@click.option("--dir", "base", type=click.Path(file_okay=False, exists=True), default=None,
-              help="where scratch files go (default: a temp dir)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              default=None, help="also write the results as JSON to this file")
+@_sync_mode
+@_scratch_and_json
 def streams(batches: str, rounds: int, payload_size: int, sync_mode: str, base: Optional[str],
             json_path: Optional[str]) -> None:
     """Issue 13: a stream and a consumer group against Redis Streams.
@@ -709,26 +728,112 @@ def streams(batches: str, rounds: int, payload_size: int, sync_mode: str, base: 
     Each round appends a batch, reads it as one consumer of a group and
     acknowledges it: append_many + Group.read + Group.ack against XADD
     (one pipeline) + XREADGROUP + XACK on a redis-server started on
-    127.0.0.1, at equal durability.  ratio = our items/s over Redis's.
+    127.0.0.1: appendfsync always beside sync=True; appendfsync no and
+    Redis's default (RDB snapshots, no append-only file) beside
+    sync=False.  ratio = our items/s over Redis's.
 
     \b
     Example:
       qstore-bench streams --batches 100,1000 --rounds 50 --json streams.json
     """
-    try:
-        sizes = [int(b) for b in batches.split(",")]
-        if not sizes or min(sizes) < 1:
-            raise ValueError
-    except ValueError:
-        raise click.BadParameter(f"{batches!r}: give batch sizes >= 1, comma-separated",
-                                 param_hint="--batches") from None
-    syncs = {"both": [True, False], "sync": [True], "no-sync": [False]}[sync_mode]
-    result = st.run(sizes, rounds, payload_size, syncs, base)
+    sizes = _batch_sizes(batches)
+    syncs = _SYNC_MODES[sync_mode]
+    result = st.run(sizes, rounds, payload_size, [x for x in sv.LEVELS if x[0] in syncs], base)
     rows = [["sync=True" if x["sync"] else "sync=False", x["redis_durability"], str(x["batch"]),
              f"{x['pyqstore_items_per_s']:,.0f}", f"{x['redis_items_per_s']:,.0f}",
              f"{x['ratio']:.2f}"] for x in result["lines"]]
     click.echo("# items per second through append + group read + ack, in rounds of a batch")
     _table(["pyqstore", "redis", "batch", "pyqstore/s", "redis/s", "ratio"], rows)
+    _durability_notes()
+    _save(result, json_path)
+
+
+def _batch_sizes(text: str, hint: str = "--batches") -> list[int]:
+    try:
+        sizes = [int(b) for b in text.split(",")]
+        if not sizes or min(sizes) < 1:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give batch sizes >= 1, comma-separated",
+                                 param_hint=hint) from None
+    return sizes
+
+
+def _durability_notes() -> None:
+    """What a crash loses at each durability the broker lines name."""
+    click.echo("# what a crash loses:")
+    for sync, loses in sv.PYQSTORE_LOSES.items():
+        click.echo(f"#   pyqstore sync {'on' if sync else 'off'} (sync={sync}): {loses}")
+    for level, (_, loses) in sv.REDIS_LEVELS.items():
+        click.echo(f"#   redis-server {sv.Redis.durability_of(level)}: {loses}")
+    for level, loses in ack.SQLITE_LOSES.items():
+        click.echo(f"#   SQLite WAL synchronous={level}: {loses}")
+
+
+def brokers_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The brokers table, as the text output and the HTML report show it."""
+    head = ["peer", "batch", "pyqstore", "peer durability", "equal", "pyqstore/s", "peer/s",
+            "ratio", "required", "verdict"]
+    rows = [[x["peer"], str(x["batch"]), x["pyqstore_durability"], x["peer_durability"],
+             "yes" if x["equal_durability"] else "no (peer loses more)",
+             f"{x['pyqstore_items_per_s']:,.0f}", f"{x['peer_items_per_s']:,.0f}",
+             f"{x['ratio']:.2f}", f">= {x['required']:g}", "PASS" if x["meets"] else "FAIL"]
+            for x in result["lines"]]
+    return head, rows
+
+
+@main.command()
+@click.option("--batches", default="100,1000", show_default=True,
+              help="items per round on the Redis lines (comma-separated)")
+@click.option("--ack-batch", type=click.IntRange(1), default=100, show_default=True,
+              help="items per round on the persist-queue and litequeue lines")
+@click.option("--rounds", type=click.IntRange(1), default=20, show_default=True,
+              help="rounds per line")
+@click.option("--payload-size", type=click.IntRange(1, 1 << 20), default=64, show_default=True)
+@click.option("--only", default=",".join(br.FAMILIES), show_default=True,
+              help="the lines to run: stream (Redis Streams), list (Redis lists), ack "
+                   "(persist-queue and litequeue)")
+@_sync_mode
+@_scratch_and_json
+def brokers(batches: str, ack_batch: int, rounds: int, payload_size: int, only: str,
+            sync_mode: str, base: Optional[str], json_path: Optional[str]) -> None:
+    """Issue 13's broker lines in one run, one table: pyqstore's stream and
+    group against Redis Streams, its plain queue against Redis lists
+    (LPUSH + BRPOP), its reserve/ack against persist-queue's
+    SQLiteAckQueue and litequeue; each line at a stated durability on both
+    sides, the ratio (our items/s over the peer's) and the issue's
+    requirement (ahead of Redis, 10x the ack queues) with PASS or FAIL.
+    Every line checks that each item came back once, in order; a line that
+    does not stops the run (exit status 1).  A FAIL is a measurement, not
+    an error: the exit status stays 0.
+
+    \b
+    Example:
+      qstore-bench brokers --rounds 50 --json brokers.json
+      qstore-bench brokers --only ack --sync sync
+    """
+    families = [f for f in only.split(",") if f.strip()]
+    if not families or any(f not in br.FAMILIES for f in families):
+        raise click.BadParameter(f"give some of {', '.join(br.FAMILIES)}", param_hint="--only")
+    sizes = _batch_sizes(batches)
+    bar = _Bar(br.steps(families, len(sizes), _SYNC_MODES[sync_mode]), "brokers")
+    try:
+        result = br.run(sizes, rounds, payload_size, families, ack_batch,
+                        _SYNC_MODES[sync_mode], base, bar)
+    finally:
+        bar.close()
+    for name, p in result["peers"].items():
+        click.echo(f"#   {name:<14} " + (p["version"] if p["available"]
+                                         else "unavailable: " + p["reason"]))
+    click.echo(f"# items per second, {rounds} rounds of a batch, {payload_size}-byte payloads; "
+               "ratio = pyqstore/s over peer/s")
+    _table(*brokers_table(result))
+    click.echo("# work per round: " + "; ".join(
+        f"{f}: pyqstore {br._OUR_WORK[f]}" for f in families))
+    for peer, work in dict.fromkeys((x["peer"], x["peer_work"]) for x in result["lines"]):
+        click.echo(f"#   {peer}: {work}")
+    _durability_notes()
+    click.echo("every line meets its requirement: " + ("yes" if result["all_meet"] else "NO"))
     _save(result, json_path)
 
 
@@ -866,7 +971,7 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
     from . import flowbench as fb
 
     os.makedirs(outdir, exist_ok=True)
-    steps = 7 + 2 + 7 + 2 + 9     # the flows: chain, widefinder, wordcount, tune
+    steps = 8 + 2 + 7 + 2 + 9     # brokers; the flows: chain, widefinder, wordcount, tune
     bar = _Bar(steps, "report")
     try:
         k = 0.02 if small else 1.0
@@ -892,13 +997,17 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         cdr = cd.run(400, 200, 2) if small else cd.run(2000, 200, 10)
         _plot_codecs(cdr, os.path.join(outdir, "codecs.png"))
         # the flows (issue 14): every layout the runner has, one round each
-        fch = fb.chain(2000 if small else 200_000, 1000, True, [fb.SHARED], 1, base, bar)
+        fch = fb.chain(2000 if small else 200_000, 1000, True,
+                       fb.layouts_supported()[0] or [fb.SHARED], 1, base, bar)
         fwf = fb.widefinder([1, 2], [64 << 10] if small else [1 << 20], list(fb.STRATEGIES),
                             (1 << 20) if small else (32 << 20), base=base, progress=bar)
         fwc = fb.wordcount(2, 2, 64 << 10, (1 << 20) if small else (16 << 20), base=base,
                            progress=bar)
         ftu = fb.tune([10, 100, 1000] if not small else [10, 30, 100], [1, 2, 3],
                       300 if small else 20_000, 20.0, True, base, bar)
+        bar("brokers")
+        bro = br.run([10] if small else [100, 1000], 2 if small else 20, 64,
+                     ack_batch=10 if small else 100, base=base)
     finally:
         bar.close()
     tm = tu["models"]
@@ -945,6 +1054,10 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         "flow_wordcount": cf.wordcount_tables(fwc), "flow_wordcount_correct": fwc["correct"],
         "flow_tune": cf.tune_table(ftu), "flow_tune_linear": ftu["models"]["linear"]["summary"],
         "flow_tune_quadratic": ftu["models"]["quadratic"]["summary"],
+        "brokers_title": f"{bro['rounds']} rounds, {bro['payload_size']}-byte payloads",
+        "brokers_peers": [[n, p["version"] if p["available"] else "unavailable: " + p["reason"]]
+                          for n, p in bro["peers"].items()],
+        "brokers_table": brokers_table(bro),
     }
     page = _render_report(context)
     path = os.path.join(outdir, "index.html")

@@ -190,12 +190,6 @@ def drain(backends: list[bk.Backend], consumers: list[int], blocks: list[int],
     if not consumers or not blocks or min(consumers + blocks) < 1 or producers < 1:
         raise ValueError("consumers, producers and block sizes must be positive")
     usable, report = backend_report(backends, "queue")
-    if max(consumers) > 1:
-        for be in list(usable):
-            if be.no_concurrent_consumers:
-                usable.remove(be)
-                report[be.name] = {"available": False, "reason": "cannot have concurrent "
-                                   f"consumers: {be.no_concurrent_consumers}"}
     cells: list[dict[str, Any]] = []
     with Workdir(base) as wd:
         info = machine(wd.root)

@@ -28,6 +28,8 @@ class _Dialect:
     schema: list[str] = []
     upsert: Optional[str] = None            # else UPDATE, then INSERT when no row was there
     head = ""                               # SELECT id, v of the first n items of a queue
+    # whether a take must claim its rows one by one (see _JdbcStore.qget_many)
+    claim_each = False
 
     def properties(self, sync: bool) -> dict[str, str]:
         return {}
@@ -48,6 +50,14 @@ class _DerbyDialect(_Dialect):
         "CREATE INDEX q_name ON q (name, id)",
     ]
     head = "SELECT id, v FROM q WHERE name = ? ORDER BY id FETCH FIRST {n} ROWS ONLY"
+    # Derby's READ COMMITTED lets go of a row's shared lock once the SELECT
+    # has read it, so two connections read the same head; Derby has no
+    # DELETE ... RETURNING.  A DELETE of one id waits on the exclusive lock
+    # of a transaction deleting it and then finds no row: its update count
+    # (1 or 0) says who took the item.  SERIALIZABLE would keep the shared
+    # locks instead, and two takes upgrading them deadlock (resolved only
+    # after derby.locks.deadlockTimeout, 20 s).
+    claim_each = True
 
 
 class _SqliteJdbcDialect(_Dialect):
@@ -100,6 +110,7 @@ class _JdbcStore(bk.Store):
         self.ins_q = p("INSERT INTO q (name, v) VALUES (?, ?)")
         self.len_q = p("SELECT COUNT(*) FROM q WHERE name = ?")
         self.del_q = p("DELETE FROM q WHERE name = ? AND id <= ?")
+        self.del_id = p("DELETE FROM q WHERE id = ?")
         self.heads: dict[int, Any] = {}
         self.in_txn = False
         self.family.append(self)
@@ -185,7 +196,17 @@ class _JdbcStore(bk.Store):
         while rs.next():
             rows.append((rs.getLong(1), bytes(rs.getBytes(2))))
         rs.close()
-        if rows:
+        if rows and self.dialect.claim_each:
+            # in id order, as every take: no two takes wait on each other
+            # in a cycle
+            for i, _ in rows:
+                self.del_id.setLong(1, i)
+                self.del_id.addBatch()
+            counts = self.del_id.executeBatch()
+            rows = [r for r, c in zip(rows, counts) if c == 1]
+        elif rows:
+            # SQLite's IMMEDIATE transaction held the write lock from the
+            # SELECT on: no other take read this head
             self.del_q.setString(1, name)
             self.del_q.setLong(2, rows[-1][0])
             self.del_q.executeUpdate()
@@ -255,9 +276,6 @@ class Derby(_Jvm):
     hint = f"apt-get install libderby-java; {jvm.JRE_HINT}"
     no_processes = "embedded Derby: one JVM boots a database at a time"
     no_shared_handle = _JDBC_NOT_SHARED
-    no_concurrent_consumers = ("the adapter's take (SELECT the head, then DELETE it) runs at "
-                               "Derby's READ COMMITTED, so two connections take the same items "
-                               "(qstore-bench drain counted blocks twice)")
 
     def version(self) -> str:
         return f"Derby embedded (libderby-java {jvm.jar_version('derby.jar')}), {jvm.version()}"

@@ -76,21 +76,62 @@ class Server:
         self.stop()
 
 
+# Redis's durability levels the bench runs: the server's arguments and what
+# a crash loses, by kill -9 of the server / by a power cut.  "default" is
+# redis-server with no config file: RDB snapshots (save 3600 1 300 100 60
+# 10000), no append-only file.  With the append-only file, Redis writes it
+# before it answers a command (beforeSleep), so only a power cut can lose
+# what appendfsync no has not synced; the OS flushes it within ~30 s.
+REDIS_LEVELS: dict[str, tuple[list[str], str]] = {
+    "always": (["--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+               "nothing"),
+    "no": (["--save", "", "--appendonly", "yes", "--appendfsync", "no"],
+           "kill -9: nothing; power cut: writes the OS had not flushed"),
+    "default": ([], "kill -9 or power cut: every write since the last RDB snapshot "
+                    "(60 s after 10,000 writes, 300 s after 100, 3600 s after 1)"),
+}
+# the pairs the Redis lines compare: our sync setting, the redis level
+LEVELS: list[tuple[bool, str]] = [(True, "always"), (False, "no"), (False, "default")]
+# pyqstore's at each sync setting (README "Durability")
+PYQSTORE_LOSES = {True: "nothing",
+                  False: "kill -9: nothing; power cut: the last commits"}
+
+
 class Redis(Server):
-    """redis-server with the append-only file: fsync on every write when
-    synced, left to the OS otherwise; no RDB snapshots."""
+    """redis-server at one of REDIS_LEVELS: "always" (append-only file,
+    fsync on every write) when given True, "no" (append-only file, flushed
+    by the OS) when given False, or "default" (its default configuration,
+    RDB snapshots only)."""
 
     exe = "redis-server"
 
-    def __init__(self, sync: bool) -> None:
+    def __init__(self, level: "bool | str") -> None:
         super().__init__()
-        self.sync = sync
+        if isinstance(level, bool):
+            level = "always" if level else "no"
+        if level not in REDIS_LEVELS:
+            raise ValueError(f"redis durability {level!r}: not one of {', '.join(REDIS_LEVELS)}")
+        self.level = level
+
+    def __enter__(self) -> "Redis":
+        self.start()
+        return self
+
+    @staticmethod
+    def durability_of(level: str) -> str:
+        return "redis default (RDB)" if level == "default" else f"appendfsync {level}"
+
+    @property
+    def durability(self) -> str:
+        return self.durability_of(self.level)
+
+    @property
+    def loses(self) -> str:
+        return REDIS_LEVELS[self.level][1]
 
     def args(self) -> list[str]:
         return ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "yes",
-                "--appendfsync", "always" if self.sync else "no",
-                "--protected-mode", "no", "--daemonize", "no"]
+                *REDIS_LEVELS[self.level][0], "--protected-mode", "no", "--daemonize", "no"]
 
 
 class Memcached(Server):

@@ -6,10 +6,14 @@ group, acknowledge them -- on pyqstore ``append_many`` + ``Group.read`` +
 having acknowledged them), on a real redis-server (started here, on
 127.0.0.1) B ``XADD`` in one pipeline + ``XREADGROUP COUNT B`` + one
 ``XACK`` of the B ids, through redis-py.  Durability is compared level
-for level: Redis's append-only file with ``appendfsync always`` beside
-``sync=True`` (each commit fsynced before it returns), ``appendfsync no``
-beside ``sync=False``.  Every round checks what came back (every id once,
-in order), so a line that loses items fails instead of looking fast.
+for level (servers.LEVELS): Redis's append-only file with ``appendfsync
+always`` beside ``sync=True`` (each commit fsynced before it returns),
+``appendfsync no`` beside ``sync=False`` (a kill -9 loses nothing on
+either side, a power cut the last writes), and Redis's default
+configuration (RDB snapshots, no append-only file: a crash loses every
+write since the last snapshot) beside ``sync=False`` too.  Every round
+checks what came back (every id once, in order), so a line that loses
+items fails instead of looking fast.
 """
 from __future__ import annotations
 
@@ -22,11 +26,11 @@ from typing import Any, Optional
 from . import servers
 
 
-def _payloads(batch: int, size: int, round_no: int) -> list[bytes]:
+def payloads(batch: int, size: int, round_no: int) -> list[bytes]:
     return [(b"%d:%d:" % (round_no, i)).ljust(size, b"x") for i in range(batch)]
 
 
-def _ours(directory: str, batch: int, rounds: int, size: int, sync: bool) -> float:
+def ours(directory: str, batch: int, rounds: int, size: int, sync: bool) -> float:
     import pyqstore
 
     path = os.path.join(directory, f"stream-{batch}-{int(sync)}.qs")
@@ -35,7 +39,7 @@ def _ours(directory: str, batch: int, rounds: int, size: int, sync: bool) -> flo
         g = s.group("g")
         t0 = time.perf_counter()
         for r in range(rounds):
-            want = _payloads(batch, size, r)
+            want = payloads(batch, size, r)
             ids = s.append_many(want)
             got = g.read(batch, consumer="c1")
             if [x.id for x in got] != ids or [x.payload for x in got] != want:
@@ -47,7 +51,7 @@ def _ours(directory: str, batch: int, rounds: int, size: int, sync: bool) -> flo
     return seconds
 
 
-def _redis(port: int, batch: int, rounds: int, size: int) -> float:
+def redis_side(port: int, batch: int, rounds: int, size: int) -> float:
     import redis
 
     r = redis.Redis(host="127.0.0.1", port=port)
@@ -56,7 +60,7 @@ def _redis(port: int, batch: int, rounds: int, size: int) -> float:
         r.xgroup_create("bench", "g", id="0", mkstream=True)
         t0 = time.perf_counter()
         for n in range(rounds):
-            want = _payloads(batch, size, n)
+            want = payloads(batch, size, n)
             pipe = r.pipeline(transaction=False)
             for p in want:
                 pipe.xadd("bench", {b"p": p})
@@ -76,25 +80,29 @@ def _redis(port: int, batch: int, rounds: int, size: int) -> float:
         r.close()
 
 
-def run(batches: list[int], rounds: int, size: int, syncs: list[bool],
+def run(batches: list[int], rounds: int, size: int,
+        levels: list[tuple[bool, str]] = servers.LEVELS,
         base: Optional[str] = None) -> dict[str, Any]:
-    """Items per second of both sides for each (durability, batch); the
-    ratio ours / redis."""
+    """Items per second of both sides for each (durability, batch): levels
+    are (our sync, the redis level of servers.REDIS_LEVELS); the ratio
+    ours / redis."""
     directory = tempfile.mkdtemp(prefix="qstore-bench-streams-", dir=base)
     lines = []
     try:
-        for sync in syncs:
-            with servers.Redis(sync) as server:
+        for sync, level in levels:
+            with servers.Redis(level) as server:
                 for batch in batches:
-                    ours = _ours(directory, batch, rounds, size, sync)
-                    theirs = _redis(server.port, batch, rounds, size)
+                    seconds = ours(directory, batch, rounds, size, sync)
+                    theirs = redis_side(server.port, batch, rounds, size)
                     items = batch * rounds
                     lines.append({
                         "sync": sync, "batch": batch, "rounds": rounds, "items": items,
-                        "pyqstore_items_per_s": items / ours,
+                        "pyqstore_items_per_s": items / seconds,
                         "redis_items_per_s": items / theirs,
-                        "ratio": theirs / ours,
-                        "redis_durability": "appendfsync always" if sync else "appendfsync no",
+                        "ratio": theirs / seconds,
+                        "redis_durability": server.durability,
+                        "pyqstore_loses": servers.PYQSTORE_LOSES[sync],
+                        "redis_loses": server.loses,
                     })
     finally:
         shutil.rmtree(directory, ignore_errors=True)

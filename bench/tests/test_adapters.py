@@ -77,6 +77,51 @@ def _commit_from_threads(first: bk.Store) -> None:
                                  for k in range(5))
 
 
+@pytest.mark.parametrize("name", [b.name for b in bk.BACKENDS
+                                  if "queue" in b.kinds and not b.no_thread_handles])
+def test_consumer_threads_take_every_item_once(name, tmp_path):
+    """Four consumer threads, a handle each, taking while a producer puts:
+    every item taken once (derby's and persist-queue's select-then-delete
+    takes handed one item to two consumers; drain refused them)."""
+    import threading
+
+    b = _need(name)
+    items = [b"item-%d" % i for i in range(300)]
+    with b.session(False) as session:
+        first = bk.open_store(b, str(tmp_path), False, session)
+        stores = [first.connect() for _ in range(5)]
+        taken: list[list[bytes]] = [[] for _ in range(4)]
+        start, produced = threading.Barrier(5), threading.Event()
+        try:
+            def produce() -> None:
+                start.wait()
+                for p in items:
+                    stores[4].qput("port", p)
+                produced.set()
+
+            def consume(i: int) -> None:
+                start.wait()
+                while True:
+                    got = stores[i].qget_many("port", 3)
+                    taken[i].extend(got)
+                    if not got and produced.is_set() and not stores[i].qlen("port"):
+                        return
+
+            ths = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+            ths.append(threading.Thread(target=produce))
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join(120)
+            assert not any(t.is_alive() for t in ths)
+        finally:
+            for st in [first, *stores]:
+                st.close()
+    got = [p for part in taken for p in part]
+    assert len(got) == len(items) and sorted(got) == sorted(items), \
+        f"{len(got)} taken for {len(items)} put, {len(got) - len(set(got))} twice"
+
+
 # ------------------------------------------------------------- perf --sync
 
 SYNC_CALLS = ("fsync", "fdatasync", "msync", "sync_file_range")
@@ -111,11 +156,16 @@ def _count_syncs(trace: str) -> int:
 def _traced(tmp_path, args: list[str], tag: str) -> tuple[int, subprocess.CompletedProcess]:
     """A qstore-bench run under strace -f (its servers and JVM threads
     included): its durable writes, and the run."""
+    return _strace(tmp_path, ["-m", "qstore_bench.cli"] + args + ["--dir", str(tmp_path)], tag)
+
+
+def _strace(tmp_path, python_args: list[str], tag: str) -> tuple[int, subprocess.CompletedProcess]:
+    """Python with python_args under strace -f: its durable writes, and the run."""
     trace = str(tmp_path / f"strace-{tag}.txt")
     done = subprocess.run(["strace", "-f", "-qq", "-y", "-o", trace, "-e",
                            "trace=" + ",".join(SYNC_CALLS + WRITE_CALLS + ("openat",)),
-                           sys.executable, "-m", "qstore_bench.cli"] + args +
-                          ["--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                           sys.executable] + python_args, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return _count_syncs(trace), done
 
@@ -152,6 +202,33 @@ def test_sync_rows_do_a_durable_sync_per_write(name, experiment, tmp_path):
     unsynced, _ = _traced(tmp_path, args + ["--no-sync"], "nosync")
     assert synced >= writes, f"{name}: {synced} syncs over {writes} synced writes"
     assert synced - unsynced >= 0.9 * writes, (name, synced, unsynced)
+
+
+@pytest.mark.parametrize("side", ["ours", "persist_queue", "litequeue_side"])
+def test_the_ack_queue_lines_sync_every_commit_when_they_say_so(side, tmp_path):
+    """Each side of brokers' ack lines, synced: one durable sync per commit
+    (pyqstore 3 a round; persist-queue 3 an item: its ack queue commits
+    each put, get and ack; litequeue 2 a round and 1 a pop), and at least
+    90% of those more than unsynced: each ran at the level its line
+    states (litequeue's own synchronous=NORMAL made none)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed (apt-get install strace)")
+    pytest.importorskip({"persist_queue": "persistqueue", "litequeue_side": "litequeue"}
+                        .get(side, "pyqstore"))
+    batch, rounds = 5, 8
+    commits = rounds * {"ours": 3, "persist_queue": 3 * batch,
+                        "litequeue_side": 2 + batch}[side]
+
+    def run(sync: bool) -> int:
+        d = tmp_path / str(sync)
+        d.mkdir()
+        code = (f"from qstore_bench import ackqueues; "
+                f"ackqueues.{side}({str(d)!r}, {batch}, {rounds}, 64, {sync})")
+        return _strace(tmp_path, ["-c", code], f"{side}-{sync}")[0]
+
+    synced, unsynced = run(True), run(False)
+    assert synced >= commits, f"{side}: {synced} syncs over {commits} synced commits"
+    assert synced - unsynced >= 0.9 * commits, (side, synced, unsynced, commits)
 
 
 def test_sync_counting_sees_a_store_that_does_not_sync(tmp_path):

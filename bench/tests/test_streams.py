@@ -8,6 +8,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from qstore_bench import servers
 from qstore_bench.cli import main
 
 pytestmark = pytest.mark.skipif(not shutil.which("redis-server"),
@@ -20,10 +21,15 @@ def test_streams_lines_at_both_durability_levels(tmp_path):
                                     "--json", str(out)])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
-    assert [(x["sync"], x["batch"]) for x in data["lines"]] == [
-        (True, 3), (True, 10), (False, 3), (False, 10)]
-    assert {x["redis_durability"] for x in data["lines"]} == {"appendfsync always",
-                                                              "appendfsync no"}
+    assert [(x["sync"], x["redis_durability"], x["batch"]) for x in data["lines"]] == [
+        (True, "appendfsync always", 3), (True, "appendfsync always", 10),
+        (False, "appendfsync no", 3), (False, "appendfsync no", 10),
+        (False, "redis default (RDB)", 3), (False, "redis default (RDB)", 10)]
+    level = {"appendfsync always": "always", "appendfsync no": "no",
+             "redis default (RDB)": "default"}
+    for x in data["lines"]:
+        assert x["redis_loses"] == servers.REDIS_LEVELS[level[x["redis_durability"]]][1]
+        assert x["pyqstore_loses"] == servers.PYQSTORE_LOSES[x["sync"]]
     for x in data["lines"]:
         assert x["items"] == 2 * x["batch"]
         assert x["pyqstore_items_per_s"] > 0 and x["redis_items_per_s"] > 0 and x["ratio"] > 0
