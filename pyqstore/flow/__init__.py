@@ -5,8 +5,10 @@ The model (:mod:`.graph`: :class:`Flow`), sources and sinks
 (:mod:`.firing`), the local runner (:mod:`.runner`: :func:`run`), and the
 exactly-once edge between two caskets (:mod:`.edge`: :class:`Outbox`,
 :class:`Inbox`, :func:`transfer`) with the one-owner-per-casket rule
-(:mod:`.owner`: :func:`claim`).  See README.md "Flows" and docs/DESIGN.md
-"Flows" and "Flow edges".
+(:mod:`.owner`: :func:`claim`).  The Ray runner is :mod:`.rayrunner`
+(``run(flow, dir, runner="ray")``; needs ``pyqstore[ray]``, imported only
+then).  See README.md "Flows" and "Flows on Ray" and docs/DESIGN.md
+"Flows", "Flow edges" and "Flows on Ray".
 """
 from __future__ import annotations
 
