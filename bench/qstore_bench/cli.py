@@ -40,10 +40,13 @@ def _pick(names: Optional[str]) -> list[bk.Backend]:
         raise click.BadParameter(str(e), param_hint="--backends") from None
 
 
-def _header(result: dict[str, Any]) -> None:
-    m = result["machine"]
+def _header_machine(m: dict[str, Any]) -> None:
     click.echo(f"# {m['cpu']}, {m['cores']} cores, Python {m['python']}, "
                f"{m['filesystem']} at {m['dir']}")
+
+
+def _header(result: dict[str, Any]) -> None:
+    _header_machine(result["machine"])
     for name, st in result["backends"].items():
         if st["available"]:
             click.echo(f"#   {name:<14} {st['version']}")
@@ -380,42 +383,49 @@ def tune(backend_name: str, batches: str, writers: str, duration: float, sync: b
         click.echo(f"items/s, {backend_name}, {'processes' if processes else 'threads'}, "
                    f"{'sync' if sync else 'no sync'}, {duration} s per cell")
     _tune_table(result["cells"])
-    m = result["models"]
-    for key in ("linear", "quadratic"):
-        click.echo("")
-        click.echo(m[key]["summary"])
-    oat, joint, best = m["one_at_a_time"], m["joint_optimum"], m["best_measured"]
-    click.echo("")
-    click.echo(f"one at a time: batch fixed at {oat['writers']['batch_fixed']:g}: best writers "
-               f"{oat['writers']['best_writers']:.2f} -> {oat['writers']['predicted']:,.0f}/s")
-    click.echo(f"               writers fixed at {oat['batch']['writers_fixed']:g}: best batch "
-               f"{oat['batch']['best_batch']:.1f} -> {oat['batch']['predicted']:,.0f}/s")
-    click.echo(f"joint optimum of the fitted surface within the grid: writers "
-               f"{joint['writers']:.2f}, batch {joint['batch']:.1f} -> "
-               f"{joint['predicted']:,.0f}/s")
-    if joint["extrapolation"]:
-        free = m["unconstrained_optimum"]
-        where = ("the fitted surface has no maximum (it is not concave)" if free is None else
-                 f"the fit's unconstrained optimum is writers {free['writers']:.2f}, batch "
-                 f"{free['batch']:.1f} -> {free['predicted']:,.0f}/s")
-        click.echo(f"  on the grid's edge ({', '.join(joint['on_edge'])}): an extrapolation; "
-                   f"{where}")
-    click.echo(f"best measured cell: writers {best['writers']:g}, batch {best['batch']:g} -> "
-               f"{best['items_per_s']:,.0f}/s")
+    _print_models(result["models"])
     if plot_path:
         _plot_tune(result, plot_path)
         click.echo(f"# plot written to {plot_path}")
     _save(result, json_path)
 
 
-def _fixes(fixes: tuple[str, ...]) -> dict[str, float]:
+def _print_models(m: dict[str, Any]) -> None:
+    """The seed's two fits as R prints them, the one-at-a-time optima, the
+    joint optimum and the best measured cell; the knob is the seed's
+    reducers (tune's writers, a flow node's parallelism)."""
+    k = m.get("knob", "writers")
+    for key in ("linear", "quadratic"):
+        click.echo("")
+        click.echo(m[key]["summary"])
+    oat, joint, best = m["one_at_a_time"], m["joint_optimum"], m["best_measured"]
+    click.echo("")
+    click.echo(f"one at a time: batch fixed at {oat[k]['batch_fixed']:g}: best {k} "
+               f"{oat[k]['best_' + k]:.2f} -> {oat[k]['predicted']:,.0f}/s")
+    click.echo(f"               {k} fixed at {oat['batch'][k + '_fixed']:g}: best batch "
+               f"{oat['batch']['best_batch']:.1f} -> {oat['batch']['predicted']:,.0f}/s")
+    click.echo(f"joint optimum of the fitted surface within the grid: {k} "
+               f"{joint[k]:.2f}, batch {joint['batch']:.1f} -> "
+               f"{joint['predicted']:,.0f}/s")
+    if joint["extrapolation"]:
+        free = m["unconstrained_optimum"]
+        where = ("the fitted surface has no maximum (it is not concave)" if free is None else
+                 f"the fit's unconstrained optimum is {k} {free[k]:.2f}, batch "
+                 f"{free['batch']:.1f} -> {free['predicted']:,.0f}/s")
+        click.echo(f"  on the grid's edge ({', '.join(joint['on_edge'])}): an extrapolation; "
+                   f"{where}")
+    click.echo(f"best measured cell: {k} {best[k]:g}, batch {best['batch']:g} -> "
+               f"{best['items_per_s']:,.0f}/s")
+
+
+def _fixes(fixes: tuple[str, ...], knobs: tuple[str, ...] = ex.KNOBS) -> dict[str, float]:
     out = {}
     for text in fixes:
         name, eq, value = text.partition("=")
         name = name.strip()
-        if not eq or name not in ex.KNOBS:
+        if not eq or name not in knobs:
             raise click.BadParameter(f"{text!r}: give KNOB=VALUE with KNOB one of "
-                                     f"{', '.join(ex.KNOBS)}", param_hint="--fix")
+                                     f"{', '.join(knobs)}", param_hint="--fix")
         try:
             out[name] = float(value)
         except ValueError:
@@ -424,40 +434,42 @@ def _fixes(fixes: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _is_grid(cells: list[dict[str, float]]) -> bool:
-    """Every writers x batch combination once."""
-    pairs = {(c["writers"], c["batch"]) for c in cells}
-    return len(pairs) == len(cells) == (len({c["writers"] for c in cells})
+def _is_grid(cells: list[dict[str, float]], knob: str = "writers") -> bool:
+    """Every knob x batch combination once."""
+    pairs = {(c[knob], c["batch"]) for c in cells}
+    return len(pairs) == len(cells) == (len({c[knob] for c in cells})
                                         * len({c["batch"] for c in cells}))
 
 
-def _tune_table(cells: list[dict[str, float]]) -> None:
+def _tune_table(cells: list[dict[str, float]], knob: str = "writers") -> None:
     """A grid table when the cells are a full grid, else one row each."""
-    ws = sorted({c["writers"] for c in cells})
+    ws = sorted({c[knob] for c in cells})
     bs = sorted({c["batch"] for c in cells})
-    at = {(c["writers"], c["batch"]): c["items_per_s"] for c in cells}
-    if _is_grid(cells):
-        click.echo(f"{'writers':>8} | " + "".join(f"{'batch ' + format(b, 'g'):>14}"
-                                                   for b in bs))
+    at = {(c[knob], c["batch"]): c["items_per_s"] for c in cells}
+    w0 = max(8, len(knob))
+    if _is_grid(cells, knob):
+        click.echo(f"{knob:>{w0}} | " + "".join(f"{'batch ' + format(b, 'g'):>14}"
+                                                 for b in bs))
         for w in ws:
-            click.echo(f"{w:>8g} | " + "".join(f"{at[w, b]:>14,.0f}" for b in bs))
+            click.echo(f"{w:>{w0}g} | " + "".join(f"{at[w, b]:>14,.0f}" for b in bs))
         return
-    click.echo(f"{'writers':>8} {'batch':>8} {'items/s':>14}")
+    click.echo(f"{knob:>{w0}} {'batch':>8} {'items/s':>14}")
     for c in cells:
-        click.echo(f"{c['writers']:>8g} {c['batch']:>8g} {c['items_per_s']:>14,.0f}")
+        click.echo(f"{c[knob]:>{w0}g} {c['batch']:>8g} {c['items_per_s']:>14,.0f}")
 
 
 def _plot_tune(result: dict[str, Any], path: str) -> None:
     plt = _pyplot()
     cells = result["cells"]
-    ws = sorted({c["writers"] for c in cells})
+    k = result["models"].get("knob", "writers")
+    ws = sorted({c[k] for c in cells})
     bs = sorted({c["batch"] for c in cells})
-    grid = [[next(c["items_per_s"] for c in cells if c["writers"] == w and c["batch"] == b)
+    grid = [[next(c["items_per_s"] for c in cells if c[k] == w and c["batch"] == b)
              for b in bs] for w in ws]
     q = result["models"]["quadratic"]["coefficients"]
 
     def surface(w: float, b: float) -> float:
-        result: float = (q["(Intercept)"] + q["writers"] * w + q["I(writers^2)"] * w * w
+        result: float = (q["(Intercept)"] + q[k] * w + q[f"I({k}^2)"] * w * w
                          + q["batch"] * b + q["I(batch^2)"] * b * b)
         return result
 
@@ -478,8 +490,8 @@ def _plot_tune(result: dict[str, Any], path: str) -> None:
     ax.set_xticks(range(len(bs)), [str(b) for b in bs])
     ax.set_yticks(range(len(ws)), [str(w) for w in ws])
     ax.set_xlabel("batch size")
-    ax.set_ylabel("writers")
-    ax.set_title(f"seed 002 tuning: {result['backend']} (contours: quadratic fit)")
+    ax.set_ylabel(k)
+    ax.set_title(f"seed 002 tuning: {result.get('backend', 'a flow')} (contours: quadratic fit)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -850,8 +862,11 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
 
     from . import codecs as cd
 
+    from . import cli_flow as cf
+    from . import flowbench as fb
+
     os.makedirs(outdir, exist_ok=True)
-    steps = 7
+    steps = 7 + 2 + 7 + 2 + 9     # the flows: chain, widefinder, wordcount, tune
     bar = _Bar(steps, "report")
     try:
         k = 0.02 if small else 1.0
@@ -876,6 +891,14 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         bar("codecs")
         cdr = cd.run(400, 200, 2) if small else cd.run(2000, 200, 10)
         _plot_codecs(cdr, os.path.join(outdir, "codecs.png"))
+        # the flows (issue 14): every layout the runner has, one round each
+        fch = fb.chain(2000 if small else 200_000, 1000, True, [fb.SHARED], 1, base, bar)
+        fwf = fb.widefinder([1, 2], [64 << 10] if small else [1 << 20], list(fb.STRATEGIES),
+                            (1 << 20) if small else (32 << 20), base=base, progress=bar)
+        fwc = fb.wordcount(2, 2, 64 << 10, (1 << 20) if small else (16 << 20), base=base,
+                           progress=bar)
+        ftu = fb.tune([10, 100, 1000] if not small else [10, 30, 100], [1, 2, 3],
+                      300 if small else 20_000, 20.0, True, base, bar)
     finally:
         bar.close()
     tm = tu["models"]
@@ -917,6 +940,11 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         "drain_tables": _drain_tables(drn) if drn["cells"] else [],
         "drain_plot": bool(drn["cells"]),
         "codecs_table": _codecs_table(cdr),
+        "flow_chain": cf.chain_tables(fch),
+        "flow_widefinder": cf.widefinder_tables(fwf), "flow_widefinder_correct": fwf["all_correct"],
+        "flow_wordcount": cf.wordcount_tables(fwc), "flow_wordcount_correct": fwc["correct"],
+        "flow_tune": cf.tune_table(ftu), "flow_tune_linear": ftu["models"]["linear"]["summary"],
+        "flow_tune_quadratic": ftu["models"]["quadratic"]["summary"],
     }
     page = _render_report(context)
     path = os.path.join(outdir, "index.html")
@@ -924,6 +952,9 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         f.write(page)
     click.echo(path)
 
+
+# the `flow` group registers itself on main
+from . import cli_flow  # noqa: E402,F401
 
 if __name__ == "__main__":
     main(prog_name="qstore-bench")

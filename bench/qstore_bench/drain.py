@@ -204,16 +204,7 @@ def drain(backends: list[bk.Backend], consumers: list[int], blocks: list[int],
         nbytes = os.path.getsize(path)
         if timeout is None:
             timeout = 120 + nbytes / (256 << 10)   # no reading here is slower than 256 KiB/s
-        baseline: list[dict[str, float]] = []
-        want: Optional[Counter[str]] = None
-        for b in blocks:
-            progress(f"baseline block={b}")
-            t0 = time.perf_counter()
-            counts = wf.count_baseline(path, b)
-            baseline.append({"block": b, "seconds": time.perf_counter() - t0})
-            if want is not None and counts != want:
-                raise AssertionError(f"the baseline counts differently with blocks of {b} bytes")
-            want = counts
+        baseline, want = wf.timed_baselines(path, blocks, progress)
         for be in usable:
             try:
                 with be.session(False) as session:
@@ -230,7 +221,6 @@ def drain(backends: list[bk.Backend], consumers: list[int], blocks: list[int],
             except bk.Unsupported as e:
                 report[be.name] = {"available": False, "reason": f"cannot do this: {e}"}
                 cells = [c for c in cells if c["backend"] != be.name]
-    assert want is not None             # blocks is not empty
     groups = [{"backend": be.name, "strategy": s,
                **_extremes([c for c in cells if c["backend"] == be.name and c["strategy"] == s])}
               for be in usable if any(c["backend"] == be.name for c in cells)

@@ -600,7 +600,7 @@ QUADRATIC = "items_per_s ~ writers + I(writers**2) + batch + I(batch**2)"
 
 
 def fit_models(cells: list[dict[str, float]],
-               fix: Optional[dict[str, float]] = None) -> dict[str, Any]:
+               fix: Optional[dict[str, float]] = None, knob: str = "writers") -> dict[str, Any]:
     """The seed's two models of throughput (statsmodels, the seed's R
     formulas): linear in batch and writers, and with squared terms.  Then
     on the quadratic surface: one-variable-at-a-time optima, the other knob
@@ -608,19 +608,20 @@ def fit_models(cells: list[dict[str, float]],
     size at 20), and the joint optimum within the grid; when that lies on
     the grid's edge it is an extrapolation, and the fit's unconstrained
     optimum (None if the surface has no maximum) says where the fit would
-    go."""
+    go.  knob: the cells' name for the seed's reducers (writers; a flow
+    node's parallelism), used in the formulas and the keys returned."""
     from . import regression as rg
 
-    lin = rg.ols(LINEAR, cells)
-    quad = rg.ols(QUADRATIC, cells)
-    ws = sorted({c["writers"] for c in cells})
+    lin = rg.ols(LINEAR.replace("writers", knob), cells)
+    quad = rg.ols(QUADRATIC.replace("writers", knob), cells)
+    ws = sorted({c[knob] for c in cells})
     bs = sorted({c["batch"] for c in cells})
     fix = dict(fix or {})
-    w_fix = fix.get("writers", statistics.median_low(ws))
+    w_fix = fix.get(knob, statistics.median_low(ws))
     b_fix = fix.get("batch", statistics.median_low(bs))
 
     def pred(w: float, b: float) -> float:
-        return quad.predict({"writers": w, "batch": b})
+        return quad.predict({knob: w, "batch": b})
 
     def surface(x: Any) -> float:
         return pred(float(x[0]), float(x[1]))
@@ -631,9 +632,9 @@ def fit_models(cells: list[dict[str, float]],
     box = [(ws[0], ws[-1]), (bs[0], bs[-1])]
     jw, jb = (float(v) for v in rg.maximize(
         surface, box, [((ws[0] + ws[-1]) / 2, (bs[0] + bs[-1]) / 2),
-                       (best["writers"], best["batch"])]))
+                       (best[knob], best["batch"])]))
     span = [max(hi - lo, 1.0) for lo, hi in box]
-    edge = [name for name, v, (lo, hi), sp in zip(KNOBS, (jw, jb), box, span)
+    edge = [name for name, v, (lo, hi), sp in zip((knob, "batch"), (jw, jb), box, span)
             if lo < hi and min(v - lo, hi - v) <= 1e-4 * sp]
     free = rg.unconstrained_maximum(surface, (jw, jb), span)
 
@@ -645,16 +646,16 @@ def fit_models(cells: list[dict[str, float]],
                 "f_df": list(f.f_df), "f_p": f.f_p, "summary": f.summary()}
 
     return {
-        "linear": fit_dict(lin), "quadratic": fit_dict(quad),
+        "knob": knob, "linear": fit_dict(lin), "quadratic": fit_dict(quad),
         "one_at_a_time": {
-            "writers": {"batch_fixed": b_fix, "best_writers": w_opt,
-                        "predicted": pred(w_opt, b_fix)},
-            "batch": {"writers_fixed": w_fix, "best_batch": b_opt,
+            knob: {"batch_fixed": b_fix, f"best_{knob}": w_opt,
+                   "predicted": pred(w_opt, b_fix)},
+            "batch": {f"{knob}_fixed": w_fix, "best_batch": b_opt,
                       "predicted": pred(w_fix, b_opt)}},
-        "joint_optimum": {"writers": jw, "batch": jb, "predicted": pred(jw, jb),
+        "joint_optimum": {knob: jw, "batch": jb, "predicted": pred(jw, jb),
                           "on_edge": edge, "extrapolation": bool(edge)},
         "unconstrained_optimum": None if free is None else {
-            "writers": float(free[0]), "batch": float(free[1]),
+            knob: float(free[0]), "batch": float(free[1]),
             "predicted": surface(free)},
         "best_measured": best}
 

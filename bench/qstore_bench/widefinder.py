@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import random
 import re
+import time
 from collections import Counter
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 # Wide Finder's regular expression (Tim Bray's, as in every entry)
 KEY = re.compile(rb"GET /ongoing/When/\d\d\dx/(\d\d\d\d/\d\d/\d\d/[^ .]+) ")
@@ -132,6 +133,28 @@ def count_baseline(path: str, block_size: int = 16 << 20) -> Counter[str]:
     for block in blocks(path, block_size):
         total.update(count_block(block))
     return total
+
+
+def timed_baselines(path: str, block_sizes: list[int],
+                    progress: Callable[[str], None] = lambda _: None
+                    ) -> tuple[list[dict[str, float]], Counter[str]]:
+    """count_baseline at each block size, timed: ([{block, seconds}], the
+    counts).  AssertionError when two block sizes count differently (the
+    blocks would not be whole lines)."""
+    if not block_sizes:
+        raise ValueError("give at least one block size")
+    timings: list[dict[str, float]] = []
+    want: Optional[Counter[str]] = None
+    for b in block_sizes:
+        progress(f"baseline block={b}")
+        t0 = time.perf_counter()
+        counts = count_baseline(path, b)
+        timings.append({"block": b, "seconds": time.perf_counter() - t0})
+        if want is not None and counts != want:
+            raise AssertionError(f"the baseline counts differently with blocks of {b} bytes")
+        want = counts
+    assert want is not None
+    return timings, want
 
 
 def top(counts: Counter[str], n: int = 10) -> list[tuple[str, int]]:
