@@ -13,9 +13,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from typing import Sequence
+import sys
+from typing import NoReturn, Sequence
 
-__all__ = ["only_loopback", "loopback_up", "loopback_command", "NETNS_ENV"]
+__all__ = ["only_loopback", "loopback_up", "loopback_command", "reexec_in_loopback",
+           "NETNS_ENV"]
 
 #: set in the environment of a command re-executed in its own namespace, so
 #: that a namespace that still shows an interface is an error, not a loop
@@ -59,3 +61,17 @@ def loopback_command(argv: Sequence[str]) -> list[str]:
                                f"a network namespace with loopback alone (util-linux, iproute2)")
     flags = "-n" if os.geteuid() == 0 else "-rn"
     return ["unshare", flags, "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+
+
+def reexec_in_loopback(argv: Sequence[str]) -> NoReturn:
+    """Replace this process by argv run through :func:`loopback_command`,
+    marked with NETNS_ENV.  RuntimeError instead when this process is such
+    a re-execution already (its namespace still shows an interface, or lo
+    is down: running again would loop), or unshare or ip is missing."""
+    if os.environ.get(NETNS_ENV):
+        raise RuntimeError("re-executed in a new network namespace, but it still shows an "
+                           "interface other than lo, or lo is down")
+    cmd = loopback_command(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(cmd[0], cmd, dict(os.environ, **{NETNS_ENV: "1"}))

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from pyqstore.flow.netns import NETNS_ENV, loopback_command, only_loopback
+from pyqstore.flow.netns import only_loopback, reexec_in_loopback
 
 HERE = Path(__file__).resolve().parent
 #: the whole Ray session, cluster start and shutdown included, ends by then
@@ -44,9 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if only_loopback():
         faulthandler.dump_traceback_later(SESSION_LIMIT, exit=True)
         return
-    if os.environ.get(NETNS_ENV):
-        raise pytest.UsageError("the Ray tests were re-executed in a new network namespace but "
-                                "it still shows an interface other than lo, or lo is down")
     if not _only_ray_paths(config):
         _refused = ("the Ray tests run only in a network namespace with loopback alone; "
                     "run them on their own: python -m pytest tests/ray (it re-executes "
@@ -55,11 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is not None:
         capman.suspend_global_capture(in_=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    argv = loopback_command([sys.executable, "-m", "pytest", *config.invocation_params.args])
     os.chdir(config.invocation_params.dir)
-    os.execvpe(argv[0], argv, dict(os.environ, **{NETNS_ENV: "1"}))
+    try:
+        reexec_in_loopback([sys.executable, "-m", "pytest", *config.invocation_params.args])
+    except RuntimeError as e:
+        raise pytest.UsageError(f"the Ray tests: {e}") from None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
