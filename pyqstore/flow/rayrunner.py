@@ -261,14 +261,22 @@ class RayRun:
 
     def __post_init__(self) -> None:
         self._last: dict[tuple[str, int], dict[str, Any]] = {}
+        # an unanswered progress call per instance (one restarting): asked
+        # again only once it answered, so calls do not pile up behind it
+        self._asked: dict[tuple[str, int], Any] = {}
 
     def _poll(self, timeout: float) -> dict[tuple[str, int], dict[str, Any]]:
         ray = _ray()
-        refs = {a.progress.remote(): key for key, a in self.actors.items()}
+        for key, a in self.actors.items():
+            if key not in self._asked:
+                self._asked[key] = a.progress.remote()
+        refs = {ref: key for key, ref in self._asked.items()}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:
+            key = refs[ref]
+            del self._asked[key]
             try:
-                self._last[refs[ref]] = ray.get(ref)
+                self._last[key] = ray.get(ref)
             except Exception:   # the actor died in the call: its last answer stands
                 pass
         return self._last

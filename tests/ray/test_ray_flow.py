@@ -54,8 +54,9 @@ def test_exactly_once_while_the_reduce_machine_is_replaced(cluster, tmp_path):
         for i in range(2):
             moved = info[("reduce", i)]
             assert moved["node_id"] == cluster.node_id("b") != old
-            assert moved["starts"] == 2 and moved["epoch"] >= 2    # reopened and claimed
-        assert summary.nodes["reduce"].restarts == 2
+            # reopened and claimed again (Ray may have tried more than once)
+            assert moved["starts"] >= 2 and moved["epoch"] >= moved["starts"]
+        assert summary.nodes["reduce"].restarts >= 2
         assert summary.nodes["reduce"].items_in == n
         assert summary.nodes["sink"].items_in == ray_flows.KEYS
         assert summary.nodes["map"].restarts == 0 and summary.nodes["reduce"].dead_letters == 0
