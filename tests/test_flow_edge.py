@@ -491,3 +491,33 @@ def test_a_full_port_refuses_a_batch_whole_and_transfer_offers_it_again(sender, 
     put_batch(box, sender, [b"g"])             # wakes the transfer's wait to see stop
     t.join(10)
     assert list(receiver.queue("in").iter())[:2] == [b"e", b"f"]
+
+
+def test_transfer_offers_a_window_of_batches_and_removes_the_prefix_held(sender, receiver, inbox):
+    receiver.queue("in", maxsize=3)
+    box = Outbox(sender, EDGE, SENDER, claim(sender), max_batches=8)
+    for p in ([b"a"], [b"b", b"c"], [b"d"], [b"e"]):
+        put_batch(box, sender, p)
+    offered = []
+
+    def accept(edge, sender_, seq, payloads):
+        offered.append(seq)
+        return inbox.accept(edge, sender_, seq, payloads)
+    stop = threading.Event()
+    # batch 3 does not fit (a, b, c fill the port): 1 and 2 leave in one
+    # sent, 3 is offered again, batch 4 is not offered before it
+    t = threading.Thread(target=transfer, args=(box, accept),
+                         kwargs={"stop": stop, "window": 4, "backoff": 0.05})
+    t.start()
+    end = time.monotonic() + 10
+    while (len(offered) < 3 or box.held() > 2) and time.monotonic() < end:
+        time.sleep(0.005)
+    assert offered[:3] == [1, 2, 3] and [s for s, _ in box.pending(8)] == [3, 4]
+    stop.set()
+    t.join(10)
+    assert 4 not in offered and box.held() == 2
+    assert receiver.queue("in").get_many(3) == [b"a", b"b", b"c"]
+    assert transfer(box, inbox.accept, window=4) == 2
+    assert list(receiver.queue("in").iter()) == [b"d", b"e"]
+    with pytest.raises(pyqstore.InvalidArgumentError, match="window must be an int >= 1, not 0"):
+        transfer(box, inbox.accept, window=0)

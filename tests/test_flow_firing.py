@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import threading
 import time
 
@@ -16,6 +17,8 @@ from pyqstore.flow import Flow, IterableSource, QueueSink, claim
 from pyqstore.flow import names
 from pyqstore.flow.blocks import read_block
 from pyqstore.flow.firing import Instance, configure_queues
+
+from _flow_layouts import LAYOUTS, Fired
 
 
 def explode(batch):
@@ -45,30 +48,41 @@ def instances(db, f):
     return {n: Instance(db, f, n, 0, epoch) for n in f.nodes}
 
 
-def test_a_raising_node_emits_nothing_and_its_items_go_dead_with_the_error(tmp_path):
+def deliver_all(fired) -> None:
+    while fired.deliver(random.Random(0)):
+        pass
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_raising_node_emits_nothing_and_its_items_go_dead_with_the_error(tmp_path, layout):
     f = flow_of(explode, max_deliveries=3)
-    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
-        inst = instances(db, f)
+    fired = Fired(str(tmp_path), f, layout)
+    try:
+        inst = {n: fired.insts[(n, 0)] for n in f.nodes}
         assert inst["src"].fire()
-        work_q = db.queue(names.input_queue("work", "in", None), "pickle")
-        out_q = db.queue(names.input_queue("out", "in", None), "pickle")
-        dead = db.queue(names.dead_queue("work"), "pickle")
+        deliver_all(fired)
+        work_q = fired.input("work")
+        out_q = fired.input("out")
         for round in (1, 2, 3):
             assert inst["work"].fire(timeout=0)
+            deliver_all(fired)
             assert len(out_q) == 0 and out_q.pending() == []       # nothing emitted
             assert len(work_q) == 4 and work_q.pending() == []     # all back
-            assert len(dead) == 0
+            assert fired.dead("work") == []
         # the fourth take moves them to the dead-letter port, and the flow goes on
         assert not inst["work"].fire(timeout=0)
         assert len(work_q) == 0
-        held = [dead.reserve() for _ in range(4)]
+        held = fired.dead("work")
         assert [h.payload for h in held] == ["a", "b", "a", "c"]
         # three firings' reserves and this one: the count and the text travel along
         assert {(h.deliveries, h.reason) for h in held} == {(4, "RuntimeError: cannot take a")}
         assert inst["work"].state.get("a") is None
         assert not inst["work"].try_finish()     # the source has not finished
         assert not inst["src"].fire() and inst["src"].try_finish()
+        deliver_all(fired)
         assert inst["work"].try_finish()     # inputs exhausted: dead letters do not hold it up
+    finally:
+        fired.close()
 
 
 def test_state_and_output_commit_together_and_survive_a_reopen(tmp_path):
@@ -113,15 +127,21 @@ def test_a_full_downstream_queue_makes_the_firing_wait_outside_its_transaction(t
         assert dict(inst["work"].state) == {"a": 2, "b": 1, "c": 1}
 
 
-def test_emitting_more_than_a_port_can_ever_hold_fails_the_batch(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_emitting_more_than_a_port_can_ever_hold_fails_the_batch(tmp_path, layout):
     f = flow_of(tally, sink_maxsize=3, max_deliveries=0)
-    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
-        inst = instances(db, f)
-        assert inst["src"].fire()
-        assert inst["work"].fire(timeout=0)
-        item = db.queue(names.input_queue("work", "in", None), "pickle").reserve()
-        assert "emitted 4 items to flow/in/out/in in one firing, more than its maxsize 3" \
-            in item.reason
+    fired = Fired(str(tmp_path), f, layout)
+    try:
+        assert fired.insts[("src", 0)].fire()
+        deliver_all(fired)
+        assert fired.insts[("work", 0)].fire(timeout=0)
+        item = fired.input("work").reserve()
+        # shared: the queue flow/in/out/in; per-node: the edge into instance 0
+        port = "flow/in/out/in" if layout == "shared" else "work.out->out.in[0]"
+        assert f"emitted 4 items to {port} in one firing, more than its maxsize 3" in item.reason
+        assert len(fired.input("out")) == 0
+    finally:
+        fired.close()
 
 
 def test_read_block_cuts_whole_lines_from_any_offset():

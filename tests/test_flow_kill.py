@@ -14,11 +14,17 @@ import sys
 import threading
 import time
 
+import pytest
+
 import pyqstore
 from pyqstore.flow import CallbackSink, FileSource, Flow, IterableSource, QueueSink, Runner
 from pyqstore.flow import names
 
-DEADLINE = 50.0
+# a guard against a hang, not a speed bound: the per-node layout commits
+# three transactions per batch on the way (firing, accept, sent), and the
+# machine may be busy
+DEADLINE = 120.0
+LAYOUTS = ("shared", "per-node")
 ROUNDS = int(os.environ.get("QS_FLOW_KILL_ROUNDS", "30"))
 
 
@@ -101,12 +107,15 @@ def run_killing(runner: Runner, rounds: int, rnd: random.Random, targets=None) -
     return result[0], kills
 
 
-def test_wordcount_is_exactly_once_under_random_kills(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_wordcount_is_exactly_once_under_random_kills(tmp_path, layout):
+    """per-node: a kill lands in a firing, in a sender's offer or sent, or
+    in a receiver's accept (run by its sender's process), at random."""
     text = lines(40000, seed=14)
     out = tmp_path / "sink"
     out.mkdir()
     runner = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None,
-                    restart_pause=0.02)
+                    restart_pause=0.02, layout=layout, max_batches=4)
     summary, kills = run_killing(runner, rounds=ROUNDS, rnd=random.Random(1))
     assert summary.finished
     assert len(kills) >= ROUNDS // 2, kills
@@ -127,7 +136,12 @@ def test_wordcount_is_exactly_once_under_random_kills(tmp_path):
     assert all(n.dead_letters == 0 for n in summary.nodes.values())
 
 
-def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path):
+def sink_casket(run, layout: str) -> str:
+    return str(run / (names.CASKET if layout == "shared" else names.node_casket("sink", 0)))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path, layout):
     path = tmp_path / "in.txt"
     rows = [f"row {i:05d} " + "x" * (i % 37) for i in range(30000)]
     path.write_text("\n".join(rows) + "\n")
@@ -135,10 +149,10 @@ def test_the_file_source_neither_skips_nor_repeats_across_kills(tmp_path):
     f.source("lines", FileSource(str(path), block_size=200, lines=True), batch=1)
     f.sink("sink", QueueSink("result"), batch=50, max_deliveries=0)
     f.edge("lines", "sink")
-    runner = Runner(f, str(tmp_path / "run"), display=None, restart_pause=0.02)
+    runner = Runner(f, str(tmp_path / "run"), display=None, restart_pause=0.02, layout=layout)
     summary, kills = run_killing(runner, rounds=12, rnd=random.Random(2), targets={"lines"})
     assert summary.finished and len(kills) >= 4, kills
-    with pyqstore.open(str(tmp_path / "run" / names.CASKET)) as db:
+    with pyqstore.open(sink_casket(tmp_path / "run", layout)) as db:
         got = db.queue("result", "pickle").get_many(10 ** 6)
     assert [b.decode() for b in got] == rows      # in order, each once
 
@@ -150,12 +164,14 @@ def _runner_script(tmp_path):
         "from pyqstore.flow import Runner\n"
         "if __name__ == '__main__':\n"
         "    text = t.lines(int(sys.argv[3]), seed=3)\n"
-        "    s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout).run()\n"
+        "    s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout,\n"
+        "               layout=sys.argv[4] if len(sys.argv) > 4 else 'shared').run()\n"
         "    print('FINISHED' if s.finished else 'STOPPED', flush=True)\n")
     return script
 
 
-def _wait_for_progress(casket, deadline=20.0):
+def _wait_for_progress(run, deadline=20.0, layout="shared"):
+    casket = run / (names.CASKET if layout == "shared" else names.node_casket("lines", 0))
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         time.sleep(0.1)
@@ -175,7 +191,7 @@ def test_a_killed_runner_leaves_no_node_running(tmp_path):
                           str(out), "500000"], env=env, stdout=subprocess.DEVNULL,
                          start_new_session=True)
     try:
-        _wait_for_progress(tmp_path / "run" / names.CASKET)
+        _wait_for_progress(tmp_path / "run")
         end = time.monotonic() + 20
         while True:     # the six node processes, started one after another
             kids = [int(x) for x in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()]
@@ -201,7 +217,8 @@ def test_a_killed_runner_leaves_no_node_running(tmp_path):
             pass
 
 
-def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path, layout):
     """SIGINT to a runner process (what Ctrl-C sends) ends it after the
     current firings, the flow unfinished; running it again on the same
     directory finishes with the reference's answer."""
@@ -209,10 +226,11 @@ def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
     out = tmp_path / "sink"
     out.mkdir()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out), "20000"],
-                         env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out), "20000",
+                          layout], env=env, stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
     try:
-        _wait_for_progress(tmp_path / "run" / names.CASKET)
+        _wait_for_progress(tmp_path / "run", layout=layout)
         os.killpg(p.pid, signal.SIGINT)          # the whole group, as a terminal does
         stdout, _ = p.communicate(timeout=30)
     finally:
@@ -222,7 +240,8 @@ def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path):
     assert stdout.strip().endswith("STOPPED"), stdout
     assert "stopped: run again on the directory to resume" in stdout
     text = lines(20000, seed=3)
-    summary = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None).run()
+    summary = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None,
+                     layout=layout).run()
     assert summary.finished
     got = collections.Counter()
     for name in os.listdir(out):

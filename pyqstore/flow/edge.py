@@ -387,36 +387,49 @@ class Inbox:
 def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
              stop: Optional[threading.Event] = None,
              retry_on: tuple[type[BaseException], ...] = TRANSPORT_ERRORS,
-             backoff: float = 0.01, max_backoff: float = 1.0) -> int:
-    """Move the outbox's batches to the receiver, oldest first, one at a
-    time: offer each to ``accept(edge, sender, seq, payloads)`` and remove it
-    once the answer is ACCEPTED or DUPLICATE.  On GAP or FULL, or when accept raises
-    one of retry_on (a transport error), offer it again after a pause that
-    doubles from backoff up to max_backoff seconds; any other exception
-    (StaleOwner, bad input) is raised.  When the outbox is empty, wait up to
-    ``wait`` seconds (None: no limit) for a batch.  Returns the number of
-    batches delivered, when the outbox stayed empty for ``wait`` or once
-    stop is set.
+             backoff: float = 0.01, max_backoff: float = 1.0, window: int = 1) -> int:
+    """Move the outbox's batches to the receiver, oldest first: offer up to
+    ``window`` of them in order, each to ``accept(edge, sender, seq,
+    payloads)``, and remove those up to the last answered ACCEPTED or
+    DUPLICATE in one :meth:`Outbox.sent` (the receiver applies batches only
+    in order, so it holds every one before).  On GAP or FULL, or when
+    accept raises one of retry_on (a transport error), stop offering and
+    offer that batch again after a pause that doubles from backoff up to
+    max_backoff seconds; any other exception (StaleOwner, bad input) is
+    raised.  When the outbox is empty, wait up to ``wait`` seconds (None:
+    no limit) for a batch.  Returns the number of batches delivered, when
+    the outbox stayed empty for ``wait`` or once stop is set.
 
     Only one transfer may run per outbox at a time (its removals assume the
     batches it offered are still at the front)."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise InvalidArgumentError(f"window must be an int >= 1, not {window!r}")
     delivered = 0
     pause = backoff
     while not (stop is not None and stop.is_set()):
-        batch = outbox.next()
-        if batch is None:
+        batches = outbox.pending(window)
+        if not batches:
             if not outbox.wait(wait):
                 return delivered
             continue
-        seq, payloads = batch
-        try:
-            verdict: Optional[Verdict] = Verdict(accept(outbox.edge, outbox.sender, seq, payloads))
-        except retry_on:
-            verdict = None
-        if verdict is Verdict.ACCEPTED or verdict is Verdict.DUPLICATE:
-            outbox.sent(seq)
-            delivered += 1
+        held: Optional[int] = None
+        refused = False
+        for seq, payloads in batches:
+            try:
+                verdict: Optional[Verdict] = Verdict(accept(outbox.edge, outbox.sender, seq,
+                                                            payloads))
+            except retry_on:
+                verdict = None
+            if verdict is Verdict.ACCEPTED or verdict is Verdict.DUPLICATE:
+                held = seq
+                delivered += 1
+                continue
+            refused = True
+            break
+        if held is not None:
+            outbox.sent(held)
             pause = backoff
+        if not refused:
             continue
         if stop is not None:
             stop.wait(pause)

@@ -188,7 +188,8 @@ class NodeInstance(Instance):
 
 class Sender:
     """The sender loop of one instance: a thread per outbox that offers its
-    batches, oldest first, to the receiving instance through a transport
+    batches, oldest first and all it holds at a time (one ``sent`` for
+    them), to the receiving instance through a transport
     the factory makes for it (:func:`pyqstore.flow.edge.transfer`), and
     waits for the next batch on the outbox's futex word when it is empty.
     A GAP, a FULL or a transport error is offered again after a pause of
@@ -218,7 +219,7 @@ class Sender:
             transport = self.transports(node, j)
             while not self._stop.is_set():
                 transfer(box, transport.accept, wait=0.1, stop=self._stop, backoff=0.001,
-                         max_backoff=self.max_backoff)
+                         max_backoff=self.max_backoff, window=box.max_batches)
         except BaseException as e:      # the worker reads it and ends the process
             if self.error is None:
                 self.error = e

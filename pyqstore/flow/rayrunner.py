@@ -172,11 +172,11 @@ class NodeActor:
     def _loop(self) -> None:
         # the local runner's loop, in a thread: the actor's methods keep
         # answering while it fires
-        from .worker import fire_until_done
+        from .loop import serve
 
         try:
             self.sender.start()
-            fire_until_done(self.inst, self.sender, self._stop.is_set)
+            serve(self.inst, self._stop.is_set, self.sender)
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
             self.sender.stop()

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Optional, Protocol
 
 from .. import Casket
 from .. import open as open_casket
+from ..errors import LockedError
 from . import names
 from .edge import Inbox, Verdict
 from .graph import Flow
@@ -89,7 +90,12 @@ class LocalTransport:
             # started: "w", so a wrong directory is an error, not a new casket
             self._casket = open_casket(self.path, "w", sync=self.sync)
             self._inbox = Inbox(self._casket, self.epoch, self.ports)
-        return self._inbox.accept(edge, sender, seq, payloads)
+        try:
+            return self._inbox.accept(edge, sender, seq, payloads)
+        except LockedError as e:
+            # the receiver held its write lock for lock_timeout (it is
+            # stopped, or stalled): unreachable for now, not a failure
+            raise TimeoutError(f"{self!r}: {e}") from e
 
     def close(self) -> None:
         if self._casket is not None:

@@ -9,13 +9,13 @@ import os
 import pickle
 import signal
 import sys
-import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from .. import open as open_casket
 from ..errors import StaleOwner
 from . import names
 from .firing import Instance
+from .loop import serve
 from .pernode import NodeInstance, Sender
 from .transport import local_transports
 
@@ -37,36 +37,6 @@ def _stop_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)   # PR_SET_PDEATHSIG
         if os.getppid() == 1:                    # the runner died before the prctl
             os.kill(os.getpid(), signal.SIGTERM)
-
-
-def fire_until_done(inst: Any, sender: Optional[Sender], stopped: Callable[[], bool]) -> bool:
-    """An instance's loop: set up, fire, finish, and (per-node) wait until
-    everything it sent was delivered; True then, False once stopped() said
-    so (after the current firing).  Raises the sender's error (StaleOwner).
-    The local runner's node process and the Ray runner's actor run it."""
-    done = inst.done
-    if not done:
-        inst.setup()
-    idle = 0.0
-    while not stopped():
-        if sender is not None and sender.error is not None:
-            raise sender.error
-        if done:
-            # per-node: finished once everything it sent is delivered
-            if sender is None or inst.drained():
-                return True
-        elif inst.fire(timeout=0.05):
-            idle = 0.0
-            continue
-        elif inst.try_finish():
-            inst.close()
-            done = True
-            continue
-        idle = min(idle * 2 or 0.001, 0.02)
-        time.sleep(idle)
-    if not done:
-        inst.close()
-    return False
 
 
 def main(directory: str, node: str, instance: int, epoch: int, sync: bool,
@@ -100,8 +70,7 @@ def main(directory: str, node: str, instance: int, epoch: int, sync: bool,
             else:
                 inst = Instance(casket, flow, node, instance, epoch,
                                 should_stop=lambda: bool(stop))
-            sys.exit(EXIT_DONE if fire_until_done(inst, sender, lambda: bool(stop))
-                     else EXIT_STOPPED)
+            sys.exit(EXIT_DONE if serve(inst, lambda: bool(stop), sender) else EXIT_STOPPED)
         except StaleOwner as e:
             print(f"pyqstore.flow: node {node}[{instance}]: {e}", file=sys.stderr)
             sys.exit(EXIT_STALE)
