@@ -105,3 +105,25 @@ def test_a_new_driver_reattaches_by_name_after_the_first_died(cluster, tmp_path)
             driver.kill()
             driver.wait()
     _check(d, n)
+
+
+def test_flow_run_with_runner_ray_returns_the_summary_and_removes_its_actors(cluster, tmp_path):
+    n = 500
+    d = str(tmp_path)
+    summary = ray_flows.flow(n, "whole").run(d, runner="ray", name="whole",
+                                             namespace="pyqstore-tests",
+                                             volumes=ray_flows.VOLUMES, sync=False,
+                                             display=None, timeout=120)
+    assert summary.finished and summary.nodes["reduce"].items_in == n
+    with pytest.raises(Exception, match="no Ray run 'whole'"):
+        _wait_for(lambda: _gone("whole"), 30, "the run's actors are removed")
+        rayrunner.attach("whole", namespace="pyqstore-tests")
+    _check(d, n)
+
+
+def _gone(name):
+    try:
+        ray.get_actor(name, namespace="pyqstore-tests")
+    except ValueError:
+        return True
+    return False
