@@ -1068,6 +1068,7 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
 
 # the `flow` group registers itself on main
 from . import cli_flow  # noqa: E402,F401
+from . import cli_ray  # noqa: E402,F401
 
 if __name__ == "__main__":
     main(prog_name="qstore-bench")

@@ -7,8 +7,10 @@ exactly-once edge between two caskets (:mod:`.edge`: :class:`Outbox`,
 :class:`Inbox`, :func:`transfer`) with the one-owner-per-casket rule
 (:mod:`.owner`: :func:`claim`), and the per-node layout built on it
 (:mod:`.pernode`: :class:`NodeInstance`, :class:`Sender`; :mod:`.transport`:
-:class:`Transport`, :class:`LocalTransport`).  See README.md "Flows" and
-docs/DESIGN.md "Flows" and "Flow edges".
+:class:`Transport`, :class:`LocalTransport`).  The Ray runner is
+:mod:`.rayrunner` (``run(flow, dir, runner="ray")``; needs
+``pyqstore[ray]``, imported only then).  See README.md "Flows" and "Flows
+on Ray" and docs/DESIGN.md "Flows", "Flow edges" and "Flows on Ray".
 """
 from __future__ import annotations
 

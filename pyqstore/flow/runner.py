@@ -291,7 +291,7 @@ class Runner:
 
 def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
         restart_pause: float = 0.1, max_crashes: int = 5, layout: str = "shared",
-        max_batches: int = DEFAULT_MAX_BATCHES) -> Summary:
+        max_batches: int = DEFAULT_MAX_BATCHES, runner: str = "local", **ray: Any) -> Summary:
     """Run flow on directory with the local runner (see :class:`Runner`)
     and return the :class:`Summary`; a second run on the same directory
     resumes where the first stopped.  display: where the progress line
@@ -302,6 +302,19 @@ def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[Text
     batches.  A directory keeps the layout of its first run (FlowError for
     the other).  FlowError when a node process failed max_crashes times in
     a row with a Python error (not a kill); StaleOwner when another runner
-    took the directory over."""
+    took the directory over.
+
+    runner "ray": on a Ray cluster instead, every node instance an actor
+    with its own casket (the per-node layout; restart_pause, max_crashes
+    and layout do not apply), with :func:`pyqstore.flow.rayrunner.start`'s
+    keywords (name, namespace, volumes, address) and timeout in ray."""
+    if runner == "ray":
+        from . import rayrunner
+        return rayrunner.run(flow, directory, sync=sync, display=display,
+                             max_batches=max_batches, **ray)
+    if runner != "local":
+        raise ValueError(f"runner must be 'local' or 'ray', not {runner!r}")
+    if ray:
+        raise TypeError(f"the local runner takes no {', '.join(sorted(ray))}")
     return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause,
                   max_crashes=max_crashes, layout=layout, max_batches=max_batches).run()
