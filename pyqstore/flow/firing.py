@@ -32,6 +32,8 @@ from .state import State
 __all__ = ["Context", "Instance", "configure_queues"]
 
 _REASON_LIMIT = 1024
+#: seconds between two looks at should_stop while a firing waits for room
+_STOP_CHECK = 0.2
 
 
 def configure_queues(casket: Casket, flow: Flow) -> None:
@@ -192,19 +194,11 @@ class Instance:
             puts.setdefault(qn, (self._queue(qn, "pickle"), []))[1].extend(items)
         return [v for v in puts.values() if v[1]]
 
-    def _room_for(self, puts: list[tuple[Queue[Any], list[Any]]]) -> bool:
-        for q, items in puts:
-            m = q.config().maxsize
-            if m and len(q) + len(q.pending()) + len(items) > m:
-                return False
-        return True
-
     def _commit(self, batch: Any, puts: list[tuple[Queue[Any], list[Any]]],
                 counts: dict[str, int]) -> bool:
         """The firing's one transaction; on a full downstream queue, wait
         for room outside it and try again.  False when told to stop while
         waiting (nothing committed)."""
-        pause = 0.002
         while True:
             try:
                 with self.casket.transaction():
@@ -222,11 +216,12 @@ class Instance:
                 return True
             except Full:
                 pass
-            while not self._room_for(puts):
-                if self.should_stop():
-                    return False
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+            # asleep on each full queue's wake-up word, which a consumer's
+            # commit moves; the slices only bound how late a stop is seen
+            for q, items in puts:
+                while not q.wait_for_room(len(items), timeout=_STOP_CHECK):
+                    if self.should_stop():
+                        return False
 
     # --------------------------------------------------------------- firing
 
