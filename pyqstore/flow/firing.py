@@ -144,6 +144,11 @@ class Instance:
             k = self._meta(what)
             write_counter(self.casket, k, read_counter(self.casket, k) + by)
 
+    def _fired(self) -> None:
+        # when it last fired, for `qstore flow status`: in the firing's
+        # transaction, one record
+        write_counter(self.casket, self._meta("last"), time.time_ns())
+
     def _queue(self, name: str, codec: CodecName) -> Queue[Any]:
         q = self._queues.get(name)
         if q is None:
@@ -212,6 +217,7 @@ class Instance:
                     self.state.write()
                     for what, by in counts.items():
                         self._bump(what, by)
+                    self._fired()
                 self.ctx._reset()
                 return True
             except Full:
@@ -303,6 +309,7 @@ class Instance:
                 for it in batch:
                     it.fail(reason)
                 self._bump("failed", len(batch))
+                self._fired()
             return True
         counts = {"in": len(batch), "out": sum(len(v) for _, v in puts)}
         if not self._commit(batch, puts, counts):

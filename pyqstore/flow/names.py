@@ -33,5 +33,6 @@ def state_prefix(node: str, instance: int) -> bytes:
 
 def meta_key(node: str, instance: int, what: str) -> bytes:
     """A bookkeeping record of an instance: ``in``, ``out``, ``failed``
-    (counters), ``done`` (finished), ``seq`` and ``inflight`` (sinks)."""
+    (counters), ``done`` (finished), ``last`` (its last firing's
+    time.time_ns()), ``seq`` and ``inflight`` (sinks)."""
     return instance_prefix(node, instance) + b"m/" + what.encode()

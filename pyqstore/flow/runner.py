@@ -22,6 +22,7 @@ from . import names, worker
 from ._records import read_counter
 from .firing import configure_queues
 from .graph import Flow
+from .layout import Topology, write_topology
 from .owner import claim
 
 __all__ = ["run", "Runner", "Summary", "NodeSummary"]
@@ -142,7 +143,10 @@ class Runner:
         process's arguments to it inside start() and waits until the child
         has read all but a pipe's buffer (64 KiB), so a child dying while
         it starts (Ctrl-C reaches it before it can ignore SIGINT) would
-        block the runner for ever on a flow holding a big source."""
+        block the runner for ever on a flow holding a big source.  Beside
+        it the topology (flow.json), for readers without the flow's code
+        (``qstore flow status``, a producer)."""
+        write_topology(self.directory, Topology.of(self.flow))
         path = os.path.join(self.directory, names.FLOW)
         with open(path + ".tmp", "wb") as f:
             pickle.dump(self.flow, f, protocol=pickle.HIGHEST_PROTOCOL)
