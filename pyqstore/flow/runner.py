@@ -14,16 +14,18 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, TextIO, Union
 
 from .. import open as open_casket
 from ..errors import FlowError, StaleOwner
 from . import names, worker
 from ._records import read_counter
+from .display import LiveDisplay
 from .firing import configure_queues
 from .graph import Flow
 from .layout import Topology, write_topology
 from .owner import claim
+from .status import collect
 
 __all__ = ["run", "Runner", "Summary", "NodeSummary"]
 
@@ -76,7 +78,7 @@ class Runner:
     in the main thread) stops it; :meth:`pids` lists the node processes."""
 
     def __init__(self, flow: Flow, directory: str, *, sync: bool = True,
-                 display: Optional[TextIO] = None, restart_pause: float = 0.1,
+                 display: Union[bool, TextIO, None] = None, restart_pause: float = 0.1,
                  max_crashes: int = 5) -> None:
         flow.validate()
         self.max_crashes = max_crashes
@@ -85,7 +87,11 @@ class Runner:
         self.flow = flow
         self.directory = os.fspath(directory)
         self.sync = sync
-        self.display = display
+        # True: standard output; a stream: there; False or None: nowhere
+        stream: Optional[TextIO] = sys.stdout if display is True else \
+            None if isinstance(display, bool) else display
+        self.display = LiveDisplay(stream) if stream is not None else None
+        self.topology = Topology.of(flow)
         self.restart_pause = restart_pause
         self.restarts: dict[tuple[str, int], int] = {}
         self._procs: dict[tuple[str, int], Any] = {}
@@ -134,7 +140,7 @@ class Runner:
         if stale:
             raise StaleOwner(f"another runner took {self.directory!r} over; this run stopped")
         if self.display is not None:
-            print(summary, file=self.display)
+            self.display.end(summary)
         return summary
 
     def _write_flow(self) -> None:
@@ -146,7 +152,7 @@ class Runner:
         block the runner for ever on a flow holding a big source.  Beside
         it the topology (flow.json), for readers without the flow's code
         (``qstore flow status``, a producer)."""
-        write_topology(self.directory, Topology.of(self.flow))
+        write_topology(self.directory, self.topology)
         path = os.path.join(self.directory, names.FLOW)
         with open(path + ".tmp", "wb") as f:
             pickle.dump(self.flow, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -178,7 +184,7 @@ class Runner:
         finished: set[tuple[str, int]] = set()
         told = False
         stale = False
-        shown = time.monotonic()
+        started = shown = time.monotonic()
         while len(finished) < len(keys):
             if self._stop.is_set() and not told:
                 told = True
@@ -223,25 +229,25 @@ class Runner:
                     self.restarts[key] = self.restarts.get(key, 0) + 1
                     time.sleep(self.restart_pause)
                     self._start(mp, key, epoch)
-            if self.display is not None and time.monotonic() - shown >= 1.0:
+            if self.display is not None and self.display.live and \
+                    time.monotonic() - shown >= 1.0:
                 shown = time.monotonic()
-                print(self._line(casket), file=self.display, flush=True)
+                self.display.update(collect(self.topology, lambda _: casket, with_state=False),
+                                    shown - started)
             time.sleep(0.02)
         return stale
 
-    def _line(self, casket: Any) -> str:
-        s = summarize(casket, self.flow, self.restarts)
-        return "  ".join(f"{n.name}: {n.items_in}>{n.items_out}"
-                         + (f" dead {n.dead_letters}" if n.dead_letters else "")
-                         for n in s.nodes.values())
 
-
-def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
-        restart_pause: float = 0.1, max_crashes: int = 5) -> Summary:
+def run(flow: Flow, directory: str, *, sync: bool = True,
+        display: Union[bool, TextIO, None] = True, restart_pause: float = 0.1,
+        max_crashes: int = 5) -> Summary:
     """Run flow on directory with the local runner (see :class:`Runner`)
     and return the :class:`Summary`; a second run on the same directory
-    resumes where the first stopped.  display: where the progress line
-    (every second) and the summary go, None for nowhere.  FlowError when
+    resumes where the first stopped.  display: True for standard output,
+    or a stream: on a terminal a live display (each node's items in and
+    out per second, the items in its input ports, its dead letters),
+    redrawn every second, and the summary at the end; on a stream that is
+    not a terminal only the summary; False or None: nothing.  FlowError when
     a node process failed max_crashes times in a row with a Python error
     (not a kill); StaleOwner when another runner took the directory over."""
     return Runner(flow, directory, sync=sync, display=display, restart_pause=restart_pause,
