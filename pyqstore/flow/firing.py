@@ -234,7 +234,7 @@ class Instance:
     def fire(self, timeout: float = 0.05) -> bool:
         """One firing; False when there was no work (nothing to reserve, or
         a source at its end)."""
-        if self.node.kind == "source":
+        if self.node.kind == "source" and not self.inputs:
             return self._fire_source()
         for _ in range(len(self.inputs)):
             port, q = self.inputs[self._next_input]
@@ -324,7 +324,12 @@ class Instance:
         """Every upstream instance has finished, and every input queue of
         this instance holds nothing, available or reserved.  The finished
         marks are read first: an upstream instance commits its last items
-        with its mark, so nothing can arrive after this check holds."""
+        with its mark, so nothing can arrive after this check holds.  A
+        put-driven source's upstream is its producers: its mark is the
+        ``closed`` one that Producer.end commits, which every later put
+        reads in its transaction and refuses."""
+        if self.node.kind == "source" and not read_counter(self.casket, self._meta("closed")):
+            return False
         for up in self.flow.upstream(self.node.name):
             for i in range(self.flow.nodes[up].parallelism):
                 if not read_counter(self.casket, names.meta_key(up, i, "done")):
@@ -337,7 +342,7 @@ class Instance:
         with the finished mark.  True once finished."""
         if self.done:
             return True
-        if self.node.kind != "source" and not self.inputs_exhausted():
+        if (self.node.kind != "source" or self.inputs) and not self.inputs_exhausted():
             return False
         self.ctx.port = None
         result = None
