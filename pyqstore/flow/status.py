@@ -164,9 +164,17 @@ def _text(s: FlowStatus) -> list[str]:
 
 def _port(casket: Casket, ref: Any) -> PortStatus:
     q = casket.queue(ref.queue)
-    delayed = q.delayed()
-    return PortStatus(ref.port, ref.direction, ref.instance, ref.queue, len(q) - delayed,
-                      len(q.pending()), delayed, q.config().maxsize)
+    # The length and the reservations are two reads: a batch reserved
+    # between them would count twice (a full queue would show more than its
+    # bound), so read until the length stood still around the reservations.
+    for _ in range(5):
+        n = len(q)
+        reserved = len(q.pending())
+        delayed = q.delayed()
+        if len(q) == n:
+            break
+    return PortStatus(ref.port, ref.direction, ref.instance, ref.queue, n - delayed,
+                      reserved, delayed, q.config().maxsize)
 
 
 def _dead(caskets: Callable[[str], Casket], refs: list[tuple[str, str]]) -> DeadLetters:
