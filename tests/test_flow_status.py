@@ -18,7 +18,7 @@ from pyqstore.flow import CallbackSink, Flow, IterableSource, QueueSink, Runner
 from pyqstore.flow import names
 from pyqstore.flow.layout import (PortRef, SharedLayout, Topology, read_topology,
                                   register_layout, write_topology)
-from pyqstore.flow.status import status
+from pyqstore.flow.status import collect, status
 
 
 def double(batch):
@@ -92,6 +92,11 @@ def test_the_status_of_a_finished_run(tmp_path):
     for n in st.nodes.values():
         for i in n.instances:
             assert i.finished and t0 <= i.last_firing <= t1
+    with pyqstore.open(os.path.join(run, names.CASKET), "r") as db:
+        quick = collect(read_topology(run), lambda _: db, with_state=False, with_reasons=False)
+    assert quick.nodes["picky"].dead_letters.count == 9
+    assert quick.nodes["picky"].dead_letters.last_reasons == []
+    assert quick.nodes["tally"].instances[0].state_records is None
     text = str(st)
     assert "flow 'small'" in text and "finished" in text
     assert "tally[1].in  in   flow/in/tally/in/1" in text

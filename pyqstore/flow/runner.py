@@ -232,8 +232,8 @@ class Runner:
             if self.display is not None and self.display.live and \
                     time.monotonic() - shown >= 1.0:
                 shown = time.monotonic()
-                self.display.update(collect(self.topology, lambda _: casket, with_state=False),
-                                    shown - started)
+                self.display.update(collect(self.topology, lambda _: casket, with_state=False,
+                                            with_reasons=False), shown - started)
             time.sleep(0.02)
         return stale
 

@@ -177,11 +177,15 @@ def _port(casket: Casket, ref: Any) -> PortStatus:
                       reserved, delayed, q.config().maxsize)
 
 
-def _dead(caskets: Callable[[str], Casket], refs: list[tuple[str, str]]) -> DeadLetters:
+def _dead(caskets: Callable[[str], Casket], refs: list[tuple[str, str]],
+          with_reasons: bool) -> DeadLetters:
     count = 0
     last: collections.deque[str] = collections.deque(maxlen=LAST_REASONS)
     for where, name in refs:
         q = caskets(where).queue(name)
+        if not with_reasons:            # the count alone: no scan of the queue
+            count += len(q) + len(q.pending())
+            continue
         newest: collections.deque[int] = collections.deque(maxlen=LAST_REASONS)
         for item_id, _ in q.iter(with_ids=True):
             count += 1
@@ -215,11 +219,13 @@ def _instance(casket: Casket, prefix: bytes, i: int, with_state: bool) -> Instan
 
 
 def collect(topology: Topology, caskets: Callable[[str], Casket], *, directory: str = "",
-            with_state: bool = True, layout: Optional[Layout] = None) -> FlowStatus:
+            with_state: bool = True, with_reasons: bool = True,
+            layout: Optional[Layout] = None) -> FlowStatus:
     """The status of the run of topology, read through caskets(path), which
     gives an open casket for each path of the layout (relative to the run's
     directory).  with_state False skips the state's size (a scan of every
-    state record)."""
+    state record), with_reasons False the dead letters' reasons (a scan of
+    the dead-letter queue; their count is read either way)."""
     lay = layout or layout_of(topology)
     nodes = {}
     for n in topology.nodes.values():
@@ -229,7 +235,8 @@ def collect(topology: Topology, caskets: Callable[[str], Casket], *, directory: 
             where, prefix = lay.records(n.name, i)
             instances.append(_instance(caskets(where), prefix, i, with_state))
         nodes[n.name] = NodeStatus(n.name, n.kind, n.parallelism, ports,
-                                   _dead(caskets, lay.dead_letters(n.name)), instances)
+                                   _dead(caskets, lay.dead_letters(n.name), with_reasons),
+                                   instances)
     return FlowStatus(topology.flow, lay.name, directory, time.monotonic(), nodes)
 
 
