@@ -160,7 +160,8 @@ enum {
     QS_QBOUND = -32022,     /* qs_queue_config_set: the new maxsize is below
                                the items the queue holds now */
     QS_TIMEDOUT = -32023,   /* qs_queue_join: the queue still held items
-                               when the timeout passed */
+                               when the timeout passed; qs_queue_wait_room:
+                               it still had no room */
     QS_STREAM_NOGROUP = -32024, /* qs_stream_*: the stream has no group of
                                that name (qs_stream_group creates one) */
     QS_STREAM_NOTPENDING = -32025, /* qs_stream_ack: an id the group has
@@ -1109,6 +1110,26 @@ void qs_aio_close(qs_aio *a);
  *         left), QS_CLOSED (the casket closed meanwhile), HANDLE, STORAGE,
  *         SNAPSHOT, DEFERRED */
 int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout);
+
+/* Waits until queue name has room for n (>= 1) more items: until a put of
+ * n items (qs_queue_put_many) would not be refused QS_QFULL by its
+ * maxsize (qs_queue_config; reserved and delayed items count), whoever
+ * consumes them, in any process; at once for an unbounded queue.  Asleep
+ * on the queue's wake-up word, which any process's commit that removes
+ * items of a bounded queue (get, ack, clear, a move to the dead-letter
+ * queue) or widens its bound moves: for a producer that must not wait
+ * inside its transaction (a flow's firing, whose puts go to several
+ * queues at once), so it aborts on QS_QFULL, waits here, and tries again.
+ * Nothing is put or held: another producer may take the room first.
+ * timeout < 0: no limit; inside the caller's transaction it does not wait
+ * (it looks at the transaction's view).
+ * @return 0 (room), or QS_TIMEDOUT (no room when the time was up), QS_INVAL
+ *         (a bad name, n 0, n over the queue's maxsize: it could never
+ *         fit, timeout NaN), QS_INTR (a signal handler ran while it waited;
+ *         qs_queue_wait_left says how long was left), QS_CLOSED (the casket
+ *         closed meanwhile), QS_NOMEM, HANDLE, STORAGE, SNAPSHOT, DEFERRED */
+int qs_queue_wait_room(qs_casket *c, const void *name, size_t nlen, uint64_t n,
+                       double timeout);
 
 /* ---- deliveries -------------------------------------------------------------
  *

@@ -2091,10 +2091,12 @@ static int do_pending(qs_casket *c, const void *name, size_t nlen, qs_pending **
 /* ---- lengths and listing ------------------------------------------------- */
 
 
-/* Waits until queue key holds no item (none available, none reserved) in
+/* Waits until queue key holds no item (n 0: none available, none
+ * reserved) or has room for n more (n >= 1: put_fn's test, has_room) in
  * the caller's view, asleep on its wake-up word, which a commit that
- * empties a queue moves. */
-static int do_join(qs_casket *c, const void *name, size_t nlen, double timeout)
+ * empties a queue, or removes items of a bounded one, or widens its bound
+ * moves. */
+static int wait_held(qs_casket *c, const void *name, size_t nlen, uint64_t n, double timeout)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
@@ -2112,11 +2114,19 @@ static int do_join(qs_casket *c, const void *name, size_t nlen, double timeout)
         if ((rc = cs_read_enter(c, &bt, NS_QUEUE)) != 0)
             return rc;
         qq_queue *q;
-        int64_t held = 0;
-        if ((rc = lookup(c, key, klen, &q)) == 0)
-            held = (int64_t)q->clen + (bt.wview ? q->dlen : 0);
+        int done = 0;
+        if ((rc = lookup(c, key, klen, &q)) == 0) {
+            int64_t held = (int64_t)q->clen + (bt.wview ? q->dlen : 0);
+            uint64_t max = q->conf.maxsize, h = held > 0 ? (uint64_t)held : 0;
+            if (n == 0)
+                done = held <= 0;
+            else if (max && n > max)
+                rc = QS_INVAL;      /* no room will ever hold them */
+            else
+                done = !max || h + n <= max;
+        }
         cs_read_leave(c, &bt);
-        if (rc || held <= 0)
+        if (rc || done)
             return rc;
         double now = cs_now();
         if (nowait || now >= deadline)
@@ -2389,7 +2399,15 @@ int qs_queue_list(qs_casket *c, qs_items **out)
 int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_join(c, name, nlen, timeout));
+    return rc ? rc : cs_return(c, wait_held(c, name, nlen, 0, timeout));
+}
+
+int qs_queue_wait_room(qs_casket *c, const void *name, size_t nlen, uint64_t n, double timeout)
+{
+    if (n == 0)
+        return QS_INVAL;    /* 0 would be a join */
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, wait_held(c, name, nlen, n, timeout));
 }
 
 int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,

@@ -298,6 +298,43 @@ static void join_waits_for_empty(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_wait_room: 0 once a put of n would fit, reserved items holding
+ * room; an unbounded queue always has room; n over maxsize never fits. */
+static void wait_room_for_n(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_p(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 1000, 0), 0);      /* unbounded */
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 0, 0), QS_INVAL);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 1, NAN), QS_INVAL);
+    CHECK_RC(qs_queue_wait_room(c, "", 0, 1, 0), QS_INVAL);
+    CHECK_RC(set_conf(c, "w", 2, 0, NULL, 0), 0);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 3, 0), QS_INVAL);   /* could never fit */
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 0), 0);
+    CHECK_RC(qput(c, "w", "1"), 0);
+    double t0 = tc_now();
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 0.05), QS_TIMEDOUT);
+    CHECK(tc_now() - t0 >= 0.04);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 1, 0), 0);
+    qs_items *it = NULL;
+    CHECK_RC(qs_queue_reserve(c, "w", 1, 0, 0, &it), 0);
+    REQUIRE(it && it->count == 1);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 0), QS_TIMEDOUT);   /* reserved: held */
+    CHECK_RC(qs_begin(c), 0);
+    CHECK_RC(qs_queue_ack(c, "w", 1, it->ids[0], it->token), 0);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 5), 0);  /* the transaction's view, no wait */
+    CHECK_RC(qs_abort(c), 0);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 0), QS_TIMEDOUT);
+    CHECK_RC(qs_queue_ack(c, "w", 1, it->ids[0], it->token), 0);
+    CHECK_RC(qs_queue_wait_room(c, "w", 1, 2, 0), 0);
+    qs_items_free(it);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -307,5 +344,6 @@ int main(void)
     RUN(deliveries_and_dead_letters);
     RUN(count_is_committed_by_the_reserve);
     RUN(join_waits_for_empty);
+    RUN(wait_room_for_n);
     return tc_summary();
 }

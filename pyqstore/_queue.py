@@ -556,6 +556,32 @@ class Queue(Generic[T]):
             self._raise(rc, "join")
         return True
 
+    def wait_for_room(self, n: int = 1, timeout: Optional[float] = None) -> bool:
+        """Wait until a put of n items would find room in this bounded queue
+        (its maxsize counts reserved and delayed items), whoever consumes
+        them, in any process; at once for an unbounded queue.  True when
+        there is room, False when timeout seconds (None: no limit) passed
+        first.  Nothing is put or held, so another producer may take the
+        room first: for a producer whose put runs in a transaction, which
+        never waits (it aborts on Full, waits here, and tries again).
+        Inside a transaction it does not wait.  ValueError for n < 1 or
+        more than the maxsize (they could never fit)."""
+        n = _count_arg(n)
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        t = _timeout_arg(True, timeout)
+        rc = lib.qs_queue_wait_room(self._c, self._key, self._klen, n, t)
+        while rc == _INTR:
+            rc = lib.qs_queue_wait_room(self._c, self._key, self._klen, n, _wait_left())
+        if rc == lib.QS_TIMEDOUT:
+            return False
+        if rc == lib.QS_INVAL:
+            raise ValueError(f"queue {self.name!r} holds at most {self.config().maxsize} items: "
+                             f"room for {n} never comes")
+        if rc:
+            self._raise(rc, "wait_for_room")
+        return True
+
     def config(self) -> "QueueConfig":
         """The queue's stored policy (see ``casket.queue``), as the calling
         thread's view has it."""

@@ -9,6 +9,7 @@ caskets.
     qstore dump data.qs -o data.jsonl
     qstore load copy.qs data.jsonl
     qstore backup data.qs copy.qs
+    qstore flow status run/
 
 The commands are thin: each calls the library.  Library errors
 (:class:`pyqstore.Error`) and operating system errors (a missing file, ...)
@@ -650,6 +651,45 @@ def _discard_if_new(c: Casket, existed: bool) -> None:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+
+
+# ------------------------------------------------------------------- flow
+
+
+@main.group()
+def flow() -> None:
+    """Inspect the runs of pyqstore.flow flows."""
+
+
+@flow.command("status")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--no-state", is_flag=True, help="Skip the state's size (a scan of its records).")
+def flow_status(directory: str, as_json: bool, no_state: bool) -> None:
+    """Show a flow run's nodes: per instance its items in and out, failed
+    items, state size, whether it finished and when it last fired; per
+    input port the items available, reserved and delayed and its bound;
+    per node its dead letters and their newest reasons.
+
+    Reads the run's caskets read-only: it works on a running flow (each
+    number as of the newest commit) and on a stopped one.  With --json one
+    object: flow, layout, directory, finished, and nodes by name, each
+    with kind, parallelism, items_in, items_out, failed, finished, ports
+    (port, direction, instance, queue, available, reserved, delayed,
+    maxsize), dead_letters (count, last_reasons) and instances (instance,
+    items_in, items_out, failed, finished, last_firing as Unix time or
+    null, state_records, state_bytes).
+
+    \b
+    Example:
+        qstore flow status run/ --json
+    """
+    from pyqstore.flow.status import status
+    st = status(directory, with_state=not no_state)
+    if as_json:
+        click.echo(json.dumps(st.to_json(), indent=2))
+    else:
+        click.echo(str(st))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ exactly-once edge between two caskets (:mod:`.edge`: :class:`Outbox`,
 :class:`Inbox`, :func:`transfer`) with the one-owner-per-casket rule
 (:mod:`.owner`: :func:`claim`), and the per-node layout built on it
 (:mod:`.pernode`: :class:`NodeInstance`, :class:`Sender`; :mod:`.transport`:
-:class:`Transport`, :class:`LocalTransport`).  The Ray runner is
+:class:`Transport`, :class:`LocalTransport`); a put-driven source fed by the
+application (:class:`PutSource`, :class:`Producer`), and what a run holds
+(:func:`pyqstore.flow.status.status`).  The Ray runner is
 :mod:`.rayrunner` (``run(flow, dir, runner="ray")``; needs
 ``pyqstore[ray]``, imported only then).  See README.md "Flows" and "Flows
 on Ray" and docs/DESIGN.md "Flows", "Flow edges" and "Flows on Ray".
@@ -21,10 +23,12 @@ from .partition import partition
 from .pernode import NodeInstance, Sender
 from .runner import Runner, Summary, run
 from .sinks import CallbackSink, FileSink, QueueSink
-from .sources import FileSource, IterableSource
+from .producer import Producer
+from .sources import FileSource, IterableSource, PutSource
 from .transport import LocalTransport, Transport, TransportFactory
 
-__all__ = ["Flow", "run", "Runner", "Summary", "IterableSource", "FileSource",
+__all__ = ["Flow", "run", "Runner", "Summary", "IterableSource", "FileSource", "PutSource",
+           "Producer",
            "CallbackSink", "FileSink", "QueueSink", "partition",
            "Outbox", "Inbox", "Verdict", "transfer", "TRANSPORT_ERRORS",
            "claim", "owner_epoch", "check_local_volume",

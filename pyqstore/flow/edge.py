@@ -148,6 +148,11 @@ def _decode(raw: bytes, where: str) -> tuple[int, list[bytes]]:
     return seq, payloads
 
 
+def outbox_queue(edge: str, sender: str) -> str:
+    """The name of the queue that holds the outbox of (edge, sender)."""
+    return "flow/outbox/" + _key(b"", edge, sender).decode("utf-8")
+
+
 def _wait_for_item(queue: Queue[bytes], timeout: Optional[float]) -> bool:
     # reserve waits on the queue's futex word; the item stays where it is
     try:
@@ -187,7 +192,7 @@ class Outbox:
         self._casket = casket
         tail = _key(b"", edge, sender).decode("utf-8")
         self._seq_key = b"flow/seq/" + tail.encode("utf-8")
-        self._batches = casket.queue("flow/outbox/" + tail)
+        self._batches = casket.queue(outbox_queue(edge, sender))
         self._signal = _room_signal(os.fsdecode(casket.path), self._batches.name)
         with casket.transaction():
             require_owner(casket, epoch)

@@ -32,6 +32,8 @@ from .state import State
 __all__ = ["Context", "Instance", "configure_queues"]
 
 _REASON_LIMIT = 1024
+#: seconds between two looks at should_stop while a firing waits for room
+_STOP_CHECK = 0.2
 
 
 def configure_queues(casket: Casket, flow: Flow) -> None:
@@ -142,6 +144,11 @@ class Instance:
             k = self._meta(what)
             write_counter(self.casket, k, read_counter(self.casket, k) + by)
 
+    def _fired(self) -> None:
+        # when it last fired, for `qstore flow status`: in the firing's
+        # transaction, one record
+        write_counter(self.casket, self._meta("last"), time.time_ns())
+
     def _queue(self, name: str, codec: CodecName) -> Queue[Any]:
         q = self._queues.get(name)
         if q is None:
@@ -199,13 +206,6 @@ class Instance:
             puts.setdefault(qn, (self._queue(qn, e.codec), []))[1].append(x)
             bound[qn] = e.dst
 
-    def _room_for(self, puts: list[tuple[Any, list[Any]]]) -> bool:
-        for q, items in puts:
-            m = q.config().maxsize
-            if m and len(q) + len(q.pending()) + len(items) > m:
-                return False
-        return True
-
     def _commit(self, batch: Any, puts: list[tuple[Any, list[Any]]],
                 counts: dict[str, int]) -> bool:
         """The firing's one transaction; on a full downstream queue, wait
@@ -224,6 +224,7 @@ class Instance:
                     self.state.write()
                     for what, by in counts.items():
                         self._bump(what, by)
+                    self._fired()
                 self.ctx._reset()
                 return True
             except (Full, OutboxFull):
@@ -233,12 +234,12 @@ class Instance:
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         """Wait until every put fits; False when told to stop first."""
-        pause = 0.002
-        while not self._room_for(puts):
-            if self.should_stop():
-                return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
+        # asleep on each full queue's wake-up word, which a consumer's
+        # commit moves; the slices only bound how late a stop is seen
+        for q, items in puts:
+            while not q.wait_for_room(len(items), timeout=_STOP_CHECK):
+                if self.should_stop():
+                    return False
         return True
 
     # --------------------------------------------------------------- firing
@@ -246,7 +247,7 @@ class Instance:
     def fire(self, timeout: float = 0.05) -> bool:
         """One firing; False when there was no work (nothing to reserve, or
         a source at its end)."""
-        if self.node.kind == "source":
+        if self.node.kind == "source" and not self.inputs:
             return self._fire_source()
         for _ in range(len(self.inputs)):
             port, q = self.inputs[self._next_input]
@@ -321,6 +322,7 @@ class Instance:
                 for it in batch:
                     it.fail(reason)
                 self._bump("failed", len(batch))
+                self._fired()
             return True
         counts = {"in": len(batch), "out": sum(len(v) for _, v in puts)}
         if not self._commit(batch, puts, counts):
@@ -335,10 +337,14 @@ class Instance:
         """Every upstream instance has finished, and every input queue of
         this instance holds nothing, available or reserved.  The finished
         marks are read first: an upstream instance commits its last items
-        with its mark, so nothing can arrive after this check holds."""
-        if not self._upstream_done():
+        with its mark, so nothing can arrive after this check holds.  A
+        put-driven source's upstream is its producers: its mark is the
+        ``closed`` one that Producer.end commits, which every later put
+        reads in its transaction and refuses."""
+        if self.node.kind == "source" and not read_counter(self.casket, self._meta("closed")):
             return False
-        return all(len(q) == 0 and not q.pending() for _, q in self.inputs)
+        return (self._upstream_done()
+                and all(len(q) == 0 and not q.pending() for _, q in self.inputs))
 
     def _upstream_done(self) -> bool:
         """Every upstream instance has committed its last output (here: its
@@ -355,7 +361,7 @@ class Instance:
         with the finished mark.  True once finished."""
         if self.done:
             return True
-        if self.node.kind != "source" and not self.inputs_exhausted():
+        if (self.node.kind != "source" or self.inputs) and not self.inputs_exhausted():
             return False
         self.ctx.port = None
         result = None

@@ -144,12 +144,18 @@ class Flow:
     def source(self, name: str, source: Any, *, outputs: Union[str, Sequence[str]] = ("out",),
                batch: int = 100) -> str:
         """Add a source (an object of :mod:`pyqstore.flow.sources`): one
-        instance; batch items (blocks, for a file source) per firing."""
-        if not callable(getattr(source, "produce", None)):
+        instance; batch items (blocks, for a file source) per firing.  A
+        put-driven source (:class:`~pyqstore.flow.PutSource`) has an input
+        port ``put`` that no edge feeds: the application's
+        :class:`~pyqstore.flow.Producer` does."""
+        inputs = tuple(getattr(source, "inputs", ()))
+        if not (callable(getattr(source, "produce", None)) or
+                (inputs and callable(getattr(source, "step", None)))):
             raise FlowError(f"source {name!r}: {type(source).__name__} has no produce(ctx, n) "
-                            f"method (use pyqstore.flow.IterableSource or FileSource)")
-        return self._add(Node(name, source, "source", (), _ports(outputs, f"source {name!r}"),
-                              1, batch, max(batch, 1)))
+                            f"method (use pyqstore.flow.IterableSource, FileSource or PutSource)")
+        maxsize = getattr(source, "maxsize", max(batch, 1)) if inputs else max(batch, 1)
+        return self._add(Node(name, source, "source", _ports(inputs, f"source {name!r}"),
+                              _ports(outputs, f"source {name!r}"), 1, batch, maxsize))
 
     def sink(self, name: str, sink: Any, *, batch: int = 100, maxsize: int = 10000,
              max_deliveries: int = DEFAULT_MAX_DELIVERIES) -> str:
@@ -170,6 +176,9 @@ class Flow:
         "msgpack"; every edge into one port must use the same)."""
         s, sp = self._end(src, "out", "outputs", "from")
         d, dp = self._end(dst, "in", "inputs", "to")
+        if self.nodes[d].kind == "source":
+            raise FlowError(f"edge {src!r} -> {dst!r}: {d!r} is a source; its input port is fed "
+                            f"by the application (pyqstore.flow.Producer), not by an edge")
         if key is not None:
             if not callable(key):
                 raise FlowError(f"edge {src!r} -> {dst!r}: key must be callable, not "
@@ -231,6 +240,8 @@ class Flow:
         if not any(n.kind == "source" for n in self.nodes.values()):
             raise FlowError(f"flow {self.name!r} has no source")
         for n in self.nodes.values():
+            if n.kind == "source":
+                continue            # a put-driven source's port: fed by producers
             fed = {e.dst_port for e in self.edges_into(n.name)}
             for p in n.inputs:
                 if p not in fed:

@@ -33,7 +33,9 @@ def state_prefix(node: str, instance: int) -> bytes:
 
 def meta_key(node: str, instance: int, what: str) -> bytes:
     """A bookkeeping record of an instance: ``in``, ``out``, ``failed``
-    (counters), ``done`` (finished), ``seq`` and ``inflight`` (sinks)."""
+    (counters), ``done`` (finished), ``last`` (its last firing's
+    time.time_ns()), ``seq`` and ``inflight`` (sinks), ``closed`` (a
+    put-driven source: its producers ended the stream)."""
     return instance_prefix(node, instance) + b"m/" + what.encode()
 
 
@@ -62,3 +64,10 @@ def edge_to(edge: str, instance: int) -> str:
 def sender(node: str, instance: int) -> str:
     """The name of a sending instance on the wire."""
     return f"{node}[{instance}]"
+
+
+def producer_mark(source: str, producer: str) -> bytes:
+    """The sequence number of the last batch a producer put into a
+    put-driven source: beside the source's records, in its port's casket."""
+    p = producer.encode("utf-8")
+    return instance_prefix(source, 0) + b"p/" + p

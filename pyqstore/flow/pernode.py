@@ -149,12 +149,6 @@ class NodeInstance(Instance):
                 puts.append((_EndOf(box, to.casket, to.codec), []))
         return puts
 
-    def _room_for(self, puts: list[tuple[Any, list[Any]]]) -> bool:
-        queues = [p for p in puts if not isinstance(p[0], _ToOutbox)]
-        return (all(p[0].outbox.held() < p[0].outbox.max_batches
-                    for p in puts if isinstance(p[0], _ToOutbox))
-                and super()._room_for(queues))
-
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         # an outbox's room comes from this process's sender loop, which
         # wakes wait_for_room at once; the stop flag is looked at between

@@ -15,16 +15,19 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO, Union
 
 from .. import open as open_casket
 from ..errors import FlowError, StaleOwner
 from . import names, worker
 from ._records import read_counter
+from .display import LiveDisplay
 from .firing import configure_queues
 from .graph import Flow
+from .layout import Topology, write_topology
 from .owner import claim
 from .pernode import DEFAULT_MAX_BATCHES, configure_inputs
+from .status import collect
 
 #: the layouts of a run's caskets: one shared casket, or one per node instance
 LAYOUTS = ("shared", "per-node")
@@ -85,7 +88,7 @@ class Runner:
     in the main thread) stops it; :meth:`pids` lists the node processes."""
 
     def __init__(self, flow: Flow, directory: str, *, sync: bool = True,
-                 display: Optional[TextIO] = None, restart_pause: float = 0.1,
+                 display: Union[bool, TextIO, None] = None, restart_pause: float = 0.1,
                  max_crashes: int = 5, layout: str = "shared",
                  max_batches: int = DEFAULT_MAX_BATCHES) -> None:
         flow.validate()
@@ -102,7 +105,11 @@ class Runner:
         self.flow = flow
         self.directory = os.fspath(directory)
         self.sync = sync
-        self.display = display
+        # True: standard output; a stream: there; False or None: nowhere
+        stream: Optional[TextIO] = sys.stdout if display is True else \
+            None if isinstance(display, bool) else display
+        self.display = LiveDisplay(stream) if stream is not None else None
+        self.topology = Topology.of(flow, layout)
         self.restart_pause = restart_pause
         self.restarts: dict[tuple[str, int], int] = {}
         self._procs: dict[tuple[str, int], Any] = {}
@@ -167,7 +174,7 @@ class Runner:
         if stale:
             raise StaleOwner(f"another runner took {self.directory!r} over; this run stopped")
         if self.display is not None:
-            print(summary, file=self.display)
+            self.display.end(summary)
         return summary
 
     def _check_layout(self) -> None:
@@ -199,7 +206,10 @@ class Runner:
         process's arguments to it inside start() and waits until the child
         has read all but a pipe's buffer (64 KiB), so a child dying while
         it starts (Ctrl-C reaches it before it can ignore SIGINT) would
-        block the runner for ever on a flow holding a big source."""
+        block the runner for ever on a flow holding a big source.  Beside
+        it the topology (flow.json), for readers without the flow's code
+        (``qstore flow status``, a producer)."""
+        write_topology(self.directory, self.topology)
         path = os.path.join(self.directory, names.FLOW)
         with open(path + ".tmp", "wb") as f:
             pickle.dump(self.flow, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -227,11 +237,19 @@ class Runner:
                 p.kill()
                 p.join()
 
+    def _opened(self, casket: Any) -> Callable[[str], Any]:
+        """The runner's open caskets by their path in the layout, for
+        :func:`collect`: the one shared casket, or each instance's."""
+        if self.layout == "per-node":
+            by_path = {names.node_casket(*key): c for key, c in casket.items()}
+            return by_path.__getitem__
+        return lambda _: casket
+
     def _supervise(self, mp: Any, keys: list[tuple[str, int]], epoch: int, casket: Any) -> bool:
         finished: set[tuple[str, int]] = set()
         told = False
         stale = False
-        shown = time.monotonic()
+        started = shown = time.monotonic()
         while len(finished) < len(keys):
             if self._stop.is_set() and not told:
                 told = True
@@ -276,33 +294,33 @@ class Runner:
                     self.restarts[key] = self.restarts.get(key, 0) + 1
                     time.sleep(self.restart_pause)
                     self._start(mp, key, epoch)
-            if self.display is not None and time.monotonic() - shown >= 1.0:
+            if self.display is not None and self.display.live and \
+                    time.monotonic() - shown >= 1.0:
                 shown = time.monotonic()
-                print(self._line(casket), file=self.display, flush=True)
+                self.display.update(collect(self.topology, self._opened(casket), with_state=False,
+                                            with_reasons=False), shown - started)
             time.sleep(0.02)
         return stale
 
-    def _line(self, casket: Any) -> str:
-        s = summarize(casket, self.flow, self.restarts)
-        return "  ".join(f"{n.name}: {n.items_in}>{n.items_out}"
-                         + (f" dead {n.dead_letters}" if n.dead_letters else "")
-                         for n in s.nodes.values())
 
-
-def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[TextIO] = sys.stdout,
-        restart_pause: float = 0.1, max_crashes: int = 5, layout: str = "shared",
+def run(flow: Flow, directory: str, *, sync: bool = True,
+        display: Union[bool, TextIO, None] = True, restart_pause: float = 0.1,
+        max_crashes: int = 5, layout: str = "shared",
         max_batches: int = DEFAULT_MAX_BATCHES, runner: str = "local", **ray: Any) -> Summary:
     """Run flow on directory with the local runner (see :class:`Runner`)
     and return the :class:`Summary`; a second run on the same directory
-    resumes where the first stopped.  display: where the progress line
-    (every second) and the summary go, None for nowhere.  layout "shared":
-    every node in one casket, ``DIR/flow.qdb``; "per-node": each node
-    instance its own casket, ``DIR/nodes/NODE.I.qdb``, and every edge the
-    exactly-once transfer, through outboxes of at most max_batches unsent
-    batches.  A directory keeps the layout of its first run (FlowError for
-    the other).  FlowError when a node process failed max_crashes times in
-    a row with a Python error (not a kill); StaleOwner when another runner
-    took the directory over.
+    resumes where the first stopped.  display: True for standard output,
+    or a stream: on a terminal a live display (each node's items in and
+    out per second, the items in its input ports, its dead letters),
+    redrawn every second, and the summary at the end; on a stream that is
+    not a terminal only the summary; False or None: nothing.  layout
+    "shared": every node in one casket, ``DIR/flow.qdb``; "per-node": each
+    node instance its own casket, ``DIR/nodes/NODE.I.qdb``, and every edge
+    the exactly-once transfer, through outboxes of at most max_batches
+    unsent batches.  A directory keeps the layout of its first run
+    (FlowError for the other).  FlowError when a node process failed
+    max_crashes times in a row with a Python error (not a kill);
+    StaleOwner when another runner took the directory over.
 
     runner "ray": on a Ray cluster instead, every node instance an actor
     with its own casket (the per-node layout; restart_pause, max_crashes
@@ -310,7 +328,8 @@ def run(flow: Flow, directory: str, *, sync: bool = True, display: Optional[Text
     keywords (name, namespace, volumes, address) and timeout in ray."""
     if runner == "ray":
         from . import rayrunner
-        return rayrunner.run(flow, directory, sync=sync, display=display,
+        stream = sys.stdout if display is True else None if isinstance(display, bool) else display
+        return rayrunner.run(flow, directory, sync=sync, display=stream,
                              max_batches=max_batches, **ray)
     if runner != "local":
         raise ValueError(f"runner must be 'local' or 'ray', not {runner!r}")

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from .blocks import read_block
 
-__all__ = ["IterableSource", "FileSource"]
+__all__ = ["IterableSource", "FileSource", "PutSource"]
 
 
 class IterableSource:
@@ -65,3 +65,23 @@ class FileSource:
                     out.append(block)
         ctx.state["offset"] = offset
         return out
+
+
+class PutSource:
+    """A source fed by the application while the flow runs, from any
+    process: :class:`pyqstore.flow.Producer` puts numbered batches into its
+    input port ``put`` (a bounded queue of at most maxsize items, codec
+    pickle), each applied once, and ends the stream with
+    :meth:`~pyqstore.flow.Producer.end`; the source hands the items on to
+    its output port in its firings and finishes once the stream ended and
+    its port is empty."""
+
+    inputs = ("put",)
+
+    def __init__(self, maxsize: int = 10000) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ValueError(f"maxsize must be an int >= 1, not {maxsize!r}")
+        self.maxsize = maxsize
+
+    def step(self, batch: list[Any], ctx: Any) -> list[Any]:
+        return batch
