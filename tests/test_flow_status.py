@@ -103,6 +103,31 @@ def test_the_status_of_a_finished_run(tmp_path):
     assert "ValueError: 56 is in a batch with a seven" in text
 
 
+def test_the_status_of_a_per_node_run_reads_every_instance_casket(tmp_path):
+    run = str(tmp_path / "run")
+    summary = Runner(small_flow(), run, display=None, layout="per-node").run()
+    st = status(run)
+    assert st.finished and st.layout == "per-node"
+    for name, n in summary.nodes.items():
+        s = st.nodes[name]
+        assert (s.items_in, s.items_out, s.failed, s.dead_letters.count) == \
+            (n.items_in, n.items_out, n.failed, n.dead_letters)
+    assert st.nodes["picky"].dead_letters.count == 9
+    assert st.nodes["picky"].dead_letters.last_reasons[-1] == \
+        "ValueError: 56 is in a batch with a seven"
+    tally = st.nodes["tally"]
+    assert [(p.direction, p.instance) for p in tally.ports] == [("in", 0), ("in", 1)]
+    # the source's outboxes: two to map's instances, one to picky's
+    outs = [p for p in st.nodes["src"].ports if p.direction == "out"]
+    assert len(outs) == 3 and all(p.queue.startswith("flow/outbox/") for p in outs)
+    # the names are the outboxes' own: each has the bound Outbox stored
+    assert all(p.maxsize == 16 for p in outs)
+    assert all(p.available == p.reserved == 0 for n in st.nodes.values() for p in n.ports)
+    assert sum(i.state_records for i in tally.instances) == 3
+    text = str(st)
+    assert "per-node" in text and "flow/outbox/" in text
+
+
 def test_the_cli_prints_the_table_and_json(tmp_path):
     run = str(tmp_path / "run")
     Runner(small_flow(), run, display=None).run()
