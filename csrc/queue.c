@@ -1827,16 +1827,17 @@ static int do_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id
         rc = QS_NOTFOUND;
     if (rc == QS_NOTFOUND) {
         /* not in the plain run: an item put with a priority is in its
-         * priority run (qorder.c), which this read looks through without
-         * the queue's counts (only a miss pays for it) */
+         * priority run, a delayed one in the delayed index (qorder.c);
+         * this read looks through them without the queue's counts (only
+         * a miss pays for it) */
         qo_state any_prio = {.cprio = 1};
         int run;
         free(v.data);
         v = (bt_buf){0};
         rc = qo_seek_item(&bt, key, (uint32_t)nlen + 1, &any_prio, id, &path, &run);
-        if (rc == QS_CORRUPT)
-            rc = QS_NOTFOUND;
-        else if (rc == 0)
+        if (rc == QS_CORRUPT)   /* nor a delayed one, in the delayed index */
+            rc = qo_seek_delayed(&bt, key, (uint32_t)nlen + 1, id, &path);
+        if (rc == 0)
             rc = bt_read(&bt, &path, NULL, &v, 0, NULL);
     }
     cs_read_leave(c, &bt);

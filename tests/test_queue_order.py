@@ -107,6 +107,22 @@ def test_priority_item_shows_its_deliveries(casket):
         it.deliveries
 
 
+def test_delayed_item_shows_its_deliveries(casket, clock):
+    """item_info did not look in the delayed index: an item released with
+    a delay raised NotFoundError for its deliveries and reason."""
+    q = casket.queue("q")
+    q.put(b"x", priority=2)
+    it = q.reserve(timeout=0)
+    it.fail("slow")
+    it = q.reserve(timeout=0)
+    it.release(delay=10)
+    assert (it.deliveries, it.reason) == (2, "slow")
+    assert [p.deliveries for p in q.pending()] == []
+    clock.advance(11)
+    it = q.reserve(timeout=0)
+    assert (it.payload, it.deliveries) == (b"x", 3)
+
+
 def test_priority_survives_reopen(path):
     with pyqstore.open(path, "n") as c:
         q = c.queue("x")
