@@ -288,6 +288,13 @@ static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue
     return rc;
 }
 
+void qq_tree_changed(qs_casket *c)
+{
+    qq_registry *r = cs_layer_state(c, &qq_layer);
+    if (r)
+        r->mods++;
+}
+
 /* The queue tree changed wholesale (compaction): every remembered put
  * position is stale. */
 static void qq_invalidate(qs_casket *c, void *state)
