@@ -252,6 +252,9 @@ class SemanticsMachine(RuleBasedStateMachine):
         it.release(delay=delay)
         if delay:
             self.delayed[name][seq] = self.now + delay
+        # the record keeps its count and reason, in the delayed index too
+        e = self.q[name][seq]
+        assert (it.deliveries, it.reason) == (e["count"], e["reason"]), (seq, e)
 
     @precondition(lambda self: self.txn is None)
     @rule(name=qnames, n=st.integers(1, 3), every=st.booleans())
