@@ -35,8 +35,12 @@
  * qs_stat_get, qs_records, qs_check, a full cursor walk (first/next/get,
  * bounded), a short backward walk, qs_cursor_jump and qs_cursor_read,
  * qs_get / qs_getdup / qs_count of keys seen and a few fixed ones,
- * qs_queue_list and qs_queue_len / qs_queue_peek on each listed queue,
- * qs_queue_records.
+ * qs_queue_list and qs_queue_len / qs_queue_peek on each listed queue
+ * (with its config, delayed count, pending list and the peeked items'
+ * delivery records), qs_queue_records, and stream "s" with group "g"
+ * (the corpus's semantics seed writes them): length, replay, pending
+ * list.  The writes add to these too: a priority and a delayed put, a
+ * reserve and fail, an append, a group read and its ack.
  *
  * Built two ways (csrc/fuzz.mk):
  *   - with clang -fsanitize=fuzzer: a libFuzzer target;
@@ -269,10 +273,32 @@ static void queues(qs_casket *c)
         qs_queue_len(c, name, nlen, &len);
         qs_items *items = NULL;
         qs_queue_peek(c, name, nlen, 4, &items);
+        for (size_t k = 0; items && k < items->count; k++) {
+            uint32_t d = 0;
+            void *why = NULL;
+            size_t wl = 0;
+            qs_queue_item_info(c, name, nlen, items->ids[k], &d, &why, &wl);
+            qs_free(why);
+        }
         qs_items_free(items);
         qs_queue_len(c, name, nlen, &len);
+        qs_queue_delayed(c, name, nlen, &len);
+        qs_queue_config cfg;
+        if (qs_queue_config_get(c, name, nlen, &cfg) == 0)
+            qs_free((void *)cfg.dead_letter);
+        qs_pending *pend = NULL;
+        size_t np = 0;
+        qs_queue_pending(c, name, nlen, &pend, &np);
+        qs_free(pend);
     }
     qs_items_free(list);
+    qs_stream_len(c, "s", 1, &n);
+    qs_items *got = NULL;
+    qs_stream_read(c, "s", 1, 0, 8, &got);
+    qs_items_free(got);
+    got = NULL;
+    qs_stream_pending(c, "s", 1, "g", 1, &got);
+    qs_items_free(got);
 }
 
 static void writes(qs_casket *c, const keyset *ks)
@@ -291,6 +317,20 @@ static void writes(qs_casket *c, const keyset *ks)
     }
     qs_items_free(list);
     qs_queue_put(c, "fq", 2, "item", 4, NULL);
+    uint32_t one = 4;
+    qs_queue_put_order(c, "fq", 2, 1, "prio", 4, &one, 0, 7, NULL);
+    qs_queue_put_order(c, "fq", 2, 1, "late", 4, &one, 1e6, 2, NULL);
+    qs_items *res = NULL;
+    if (qs_queue_reserve(c, "fq", 2, 0, 0, &res) == 0)
+        qs_queue_fail(c, "fq", 2, res->ids[0], res->token, "fuzz", 4);
+    qs_items_free(res);
+    uint64_t first = 0;
+    qs_stream_group(c, "s", 1, "g", 1, QS_STREAM_FIRST, 0);
+    qs_stream_append(c, "s", 1, 1, "more", 4, &one, 1.0, &first);
+    res = NULL;
+    if (qs_stream_read_group(c, "s", 1, "g", 1, "f", 1, 2, 0, 2.0, &res) == 0)
+        qs_stream_ack(c, "s", 1, "g", 1, res->count, res->ids, NULL);
+    qs_items_free(res);
     if (qs_begin(c) == 0) {
         qs_putdup(c, "a", 1, "b", 1);
         qs_putdup(c, "a", 1, "c", 1);

@@ -218,6 +218,26 @@ int qo_seek_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state
     return rc ? rc : found ? 0 : QS_CORRUPT;
 }
 
+int qo_seek_delayed(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, uint64_t id, bt_path *path)
+{
+    uint8_t p[QO_KEY_MAX];
+    uint32_t n = prefix(KEY_DELAY, qkey, qklen, p);
+    bt_key pk = {p, n, 0};
+    bt_buf k = {0};
+    uint64_t seq = 0;
+    int rc = bt_seek_ge(bt, &pk, path);
+    while (rc == 0 && (rc = read_rec(bt, path, &k, NULL, &seq)) == 0) {
+        if (k.len != n + 9 || memcmp(k.data, p, n) != 0)
+            rc = QS_NOTFOUND;   /* past this queue's delayed items */
+        else if (seq != id)
+            rc = bt_next(bt, path);
+        else
+            break;
+    }
+    free(k.data);
+    return rc;
+}
+
 int qo_delay_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uint64_t id,
                   uint64_t due_ns)
 {

@@ -90,6 +90,12 @@ int qo_promote(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uin
 int qo_seek_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state *s, uint64_t id,
                  bt_path *path, int *run);
 
+/* Positions path on delayed item id of queue qkey, looking through the
+ * queue's delayed index in due order (it is keyed by due time, not id:
+ * for reads of one item such as qs_queue_item_info, not for hot paths).
+ * @return 0, QS_NOTFOUND (no delayed item id), or a btree error. */
+int qo_seek_delayed(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, uint64_t id, bt_path *path);
+
 /* Moves item id of queue qkey from its run into the delayed index, due at
  * due_ns, keeping its value and priority. */
 int qo_delay_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uint64_t id,

@@ -1157,7 +1157,9 @@ int qs_queue_wait_room(qs_casket *c, const void *name, size_t nlen, uint64_t n,
 int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
                   const void *reason, size_t rlen);
 
-/* Item id of queue name in the caller's view: *deliveries = how often it was
+/* Item id of queue name in the caller's view (plain, priority or delayed:
+ * a priority or delayed item is looked for in its run or the delayed index
+ * after a miss, so that lookup costs more): *deliveries = how often it was
  * reserved; *reason (reason may be NULL to skip it) = a new buffer holding
  * the last fail reason, the caller's to qs_free, NULL when none (or an
  * empty one) was given (*rlen its length).

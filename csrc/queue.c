@@ -288,6 +288,13 @@ static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue
     return rc;
 }
 
+void qq_tree_changed(qs_casket *c)
+{
+    qq_registry *r = cs_layer_state(c, &qq_layer);
+    if (r)
+        r->mods++;
+}
+
 /* The queue tree changed wholesale (compaction): every remembered put
  * position is stale. */
 static void qq_invalidate(qs_casket *c, void *state)
@@ -1825,6 +1832,21 @@ static int do_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id
         (rc = bt_item(&bt, &path, key, (uint32_t)nlen + 1, &eq, &got, &v)) == 0 &&
         (!eq || got != id))
         rc = QS_NOTFOUND;
+    if (rc == QS_NOTFOUND) {
+        /* not in the plain run: an item put with a priority is in its
+         * priority run, a delayed one in the delayed index (qorder.c);
+         * this read looks through them without the queue's counts (only
+         * a miss pays for it) */
+        qo_state any_prio = {.cprio = 1};
+        int run;
+        free(v.data);
+        v = (bt_buf){0};
+        rc = qo_seek_item(&bt, key, (uint32_t)nlen + 1, &any_prio, id, &path, &run);
+        if (rc == QS_CORRUPT)   /* nor a delayed one, in the delayed index */
+            rc = qo_seek_delayed(&bt, key, (uint32_t)nlen + 1, id, &path);
+        if (rc == 0)
+            rc = bt_read(&bt, &path, NULL, &v, 0, NULL);
+    }
     cs_read_leave(c, &bt);
     qd_info d;
     if (rc == 0 && (rc = qd_parse(v.data, v.len, &d)) == 0) {

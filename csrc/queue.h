@@ -12,4 +12,9 @@
  * unchanged. */
 int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash);
 
+/* Another writer of the queue namespace's tree (stream.c) changed it in
+ * the caller's write: the put positions queue.c remembers (a path into
+ * that tree) are stale.  No-op for a handle that never used a queue. */
+void qq_tree_changed(qs_casket *c);
+
 #endif

@@ -140,7 +140,12 @@ static int st_call_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     st_call *call = arg;
     st_state *s;
     int rc = st_state_get(c, &s);
-    return rc ? rc : call->fn(c, ubt, call->arg);
+    if (rc)
+        return rc;
+    /* the stream's records share the queues' tree: a queue's remembered
+     * put position would point into a page these writes reshaped */
+    qq_tree_changed(c);
+    return call->fn(c, ubt, call->arg);
 }
 
 static int st_write(qs_casket *c, cs_write_fn fn, void *arg)

@@ -960,6 +960,146 @@ static void pl_fill(unsigned char *p, size_t n, uint64_t i, uint64_t salt)
         p[j] = (unsigned char)(i * 131 + salt * 17 + j * 7 + (j >> 8));
 }
 
+/* The payload of the k-th item (from 1) appended to stream "pls": each
+ * transaction i appends "s<i>a", "s<i>b". */
+static int pl_stream_val(char *out, size_t cap, uint64_t k)
+{
+    return snprintf(out, cap, "s%" PRIu64 "%c", (k + 1) / 2, k % 2 ? 'a' : 'b');
+}
+
+/* Issue 13's other records, in transaction i: on "plo" a priority item
+ * (priority runs 'r') and, every third transaction, one delayed for a
+ * million seconds ('d'); on "pld" (max_deliveries 1, dead letters to
+ * "pldd") an item put, and a reserve and release, so that each reserve
+ * first moves the item the transaction before released to the dead-letter
+ * queue; on stream "pls" with group "g" ('s', 't', 'g', 'e'): the ack of
+ * the group's one pending item, two appends, a group read of one item. */
+static int pl_txn_semantics(qs_casket *c, uint64_t i)
+{
+    char v[64];
+    int vn = snprintf(v, sizeof v, "o%" PRIu64, i);
+    uint32_t lens[2] = {(uint32_t)vn, 0};
+    int rc = qs_queue_put_order(c, "plo", 3, 1, v, (size_t)vn, lens, i % 3 ? 0 : 1e6,
+                                (int)(i % 10), NULL);
+    if (!rc && i == 1) {
+        qs_queue_config qc = {0, 1, 0, "pldd", 4};
+        rc = qs_queue_config_set(c, "pld", 3, &qc);
+    }
+    if (!rc) {
+        vn = snprintf(v, sizeof v, "d%" PRIu64, i);
+        rc = qs_queue_put(c, "pld", 3, v, (size_t)vn, NULL);
+    }
+    if (!rc) {
+        qs_items *it = NULL;
+        if ((rc = qs_queue_reserve(c, "pld", 3, 0, 0, &it)) == 0)
+            rc = qs_queue_release(c, "pld", 3, it->ids[0], it->token);
+        qs_items_free(it);
+    }
+    if (!rc)
+        rc = qs_stream_group(c, "pls", 3, "g", 1, QS_STREAM_FIRST, 0);
+    if (!rc) {
+        qs_items *pend = NULL;
+        if ((rc = qs_stream_pending(c, "pls", 3, "g", 1, &pend)) == 0 && pend->count)
+            rc = qs_stream_ack(c, "pls", 3, "g", 1, pend->count, pend->ids, NULL);
+        qs_items_free(pend);
+    }
+    if (!rc) {
+        int a = pl_stream_val(v, sizeof v, 2 * i - 1);
+        int b = pl_stream_val(v + a, sizeof v - (size_t)a, 2 * i);
+        lens[0] = (uint32_t)a;
+        lens[1] = (uint32_t)b;
+        rc = qs_stream_append(c, "pls", 3, 2, v, (size_t)(a + b), lens, (double)i, NULL);
+    }
+    if (!rc) {
+        qs_items *got = NULL;
+        rc = qs_stream_read_group(c, "pls", 3, "g", 1, "c", 1, 1, 0, (double)i, &got);
+        if (!rc && got->count != 1)
+            rc = QS_INVAL;      /* the state is not what we wrote */
+        qs_items_free(got);
+    }
+    return rc;
+}
+
+/* Whether item 0 of it is the len bytes of want. */
+static int pl_is(const qs_items *it, const char *want, int len)
+{
+    return it && it->count >= 1 && it->off[1] - it->off[0] == (uint64_t)len &&
+           memcmp(it->data + it->off[0], want, (size_t)len) == 0;
+}
+
+/* pl_txn_semantics's records after transaction j: "plo" holds j items,
+ * j / 3 of them delayed, the front the one of the highest priority; "pld"
+ * holds "d<j>", delivered once, "pldd" "d1" .. "d<j-1>" in order, each
+ * delivered once (none of them in both); the stream keeps items j .. 2j
+ * (retention removed what the group acknowledged), and the group's one
+ * pending entry is item j, delivered once. */
+static int pl_verify_semantics(qs_casket *c, uint64_t j, const char *what)
+{
+    int bad = 0;
+    uint64_t n = 0;
+    char want[64];
+    int wn;
+    if (qs_queue_len(c, "plo", 3, &n) != 0 || n != j)
+        bad++;
+    if (qs_queue_delayed(c, "plo", 3, &n) != 0 || n != j / 3)
+        bad++;
+    uint64_t front = 0;
+    for (uint64_t i = 1; i <= j; i++)
+        if (i % 3 && (!front || i % 10 > front % 10))
+            front = i;
+    qs_items *it = NULL;
+    if (qs_queue_peek(c, "plo", 3, 1, &it) != 0 ||
+        (front ? !pl_is(it, want, snprintf(want, sizeof want, "o%" PRIu64, front))
+               : it->count != 0))
+        bad++;
+    qs_items_free(it);
+    it = NULL;
+    if (qs_queue_len(c, "pld", 3, &n) != 0 || n != (j ? 1 : 0))
+        bad++;
+    uint32_t d = 0;
+    if (j && (qs_queue_peek(c, "pld", 3, 1, &it) != 0 ||
+              !pl_is(it, want, snprintf(want, sizeof want, "d%" PRIu64, j)) ||
+              qs_queue_item_info(c, "pld", 3, it->ids[0], &d, NULL, NULL) != 0 || d != 1))
+        bad++;
+    qs_items_free(it);
+    it = NULL;
+    uint64_t dead = j ? j - 1 : 0;
+    if (qs_queue_len(c, "pldd", 4, &n) != 0 || n != dead)
+        bad++;
+    else if (dead && qs_queue_peek(c, "pldd", 4, (size_t)dead, &it) == 0 && it->count == dead) {
+        for (uint64_t k = 0; k < dead; k++) {
+            wn = snprintf(want, sizeof want, "d%" PRIu64, k + 1);
+            if (it->off[k + 1] - it->off[k] != (uint64_t)wn ||
+                memcmp(it->data + it->off[k], want, (size_t)wn) != 0 ||
+                qs_queue_item_info(c, "pldd", 4, it->ids[k], &d, NULL, NULL) != 0 || d != 1)
+                bad++;
+        }
+    } else if (dead)
+        bad++;
+    qs_items_free(it);
+    it = NULL;
+    if (qs_stream_len(c, "pls", 3, &n) != 0 || n != (j ? j + 1 : 0))
+        bad++;
+    qs_items *pend = NULL;
+    if (j) {
+        if (qs_stream_read(c, "pls", 3, 0, 1, &it) != 0 ||
+            !pl_is(it, want, pl_stream_val(want, sizeof want, j)))
+            bad++;
+        uint32_t dl = 0;
+        if (qs_stream_pending(c, "pls", 3, "g", 1, &pend) != 0 || pend->count != 1 ||
+            !it || it->count != 1 || pend->ids[0] != it->ids[0] ||
+            pend->off[1] - pend->off[0] < 12 ||
+            (memcpy(&dl, pend->data + pend->off[0] + 8, 4), dl != 1))
+            bad++;
+    }
+    qs_items_free(it);
+    qs_items_free(pend);
+    if (bad)
+        printf("  %s: queue semantics records do not hold transaction %" PRIu64 " (%d bad)\n",
+               what, j, bad);
+    return bad;
+}
+
 static int pl_txn(qs_casket *c, uint64_t i)
 {
     unsigned char v[9000];
@@ -1000,6 +1140,8 @@ static int pl_txn(qs_casket *c, uint64_t i)
             rc = qs_queue_fail(c, "plq", 3, it->ids[0], it->token, why, (size_t)wn);
         qs_items_free(it);
     }
+    if (!rc)
+        rc = pl_txn_semantics(c, i);
     if (rc) {
         qs_abort(c);
         return rc;
@@ -1162,6 +1304,8 @@ static void power_loss(void)
                 bad += pl_verify(c, j, what);
             if (!bad)
                 bad += pl_verify_policy(c, j, what);
+            if (!bad)
+                bad += pl_verify_semantics(c, j, what);
             qs_close(c);
         }
         if (bad)

@@ -12,8 +12,15 @@ The model is plain Python:
   abort does not give them back to anyone) and the ids reserved or claimed
   in it (not claimable, not yet pending).
 
-Claims use min_idle 0 (every committed reservation qualifies) or an hour
-(none does), so no clock is needed.  pending() lists committed
+Claims use min_idle 0 (every committed reservation qualifies), an hour
+(none does), or one that splits the committed reservations by the times
+pending() lists (time.monotonic's clock, the one the C core stamps them
+with): the ones reserved before the split time qualify, the later ones
+do not; an item reserved within the claim call's own duration of the split
+may go either way.  ``since``: item id -> the monotonic time before and
+after the call (or commit) that made its reservation take effect, which
+the reserve time pending() lists must lie within: a claim gives its items
+a new holder and a new reserve time.  pending() lists committed
 reservations: inside A's transaction, what an abort would leave.
 """
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from typing import Any, Optional
 
 import pytest
@@ -44,6 +52,7 @@ class PendingMachine(RuleBasedStateMachine):
         self.queue: list[tuple[int, bytes]] = []
         self.owner: dict[int, int] = {}
         self.batches: dict[int, tuple[int, pyqstore.Batch]] = {}
+        self.since: dict[int, tuple[float, float]] = {}
         self.next_batch = 0
         self.txn: Optional[dict[str, Any]] = None
 
@@ -82,7 +91,8 @@ class PendingMachine(RuleBasedStateMachine):
             return self.owner
         return {i: b for i, b in self.txn["owner"].items() if i not in self.txn["released"]}
 
-    def add_batch(self, h: int, b: pyqstore.Batch) -> None:
+    def add_batch(self, h: int, b: pyqstore.Batch, t0: float, t1: float) -> None:
+        """Batch b, made by a call between monotonic times t0 and t1."""
         k = self.next_batch
         self.next_batch += 1
         self.batches[k] = (h, b)
@@ -90,6 +100,8 @@ class PendingMachine(RuleBasedStateMachine):
             self.owner[it.id] = k
             if self.txn is not None:
                 self.txn["fresh"].add(it.id)
+            else:
+                self.since[it.id] = (t0, t1)
 
     def held(self, k: int, items: list[pyqstore.Item]) -> bool:
         return all(self.owner.get(it.id) == k for it in items)
@@ -117,24 +129,48 @@ class PendingMachine(RuleBasedStateMachine):
             with pytest.raises(pyqstore.Empty):
                 self.q[h].reserve_many(n, timeout=0)
             return
+        t0 = time.monotonic()
         b = self.q[h].reserve_many(n, timeout=0)
+        t1 = time.monotonic()
         assert [(it.id, it.payload) for it in b] == want
-        self.add_batch(h, b)
+        self.add_batch(h, b, t0, t1)
 
-    @rule(h=HANDLES, n=COUNTS, idle=st.booleans())
-    def claim(self, h: int, n: int, idle: bool) -> None:
+    @rule(h=HANDLES, n=COUNTS, how=st.sampled_from(["all", "none", "split"]), data=st.data())
+    def claim(self, h: int, n: int, how: str, data: st.DataObject) -> None:
         h = self.actor(h)
-        b = self.q[h].claim(min_idle=0 if idle else 3600, n=n)
-        if not idle:
-            assert len(b) == 0
-            return
         fresh = self.txn["fresh"] if self.txn is not None else set()
-        want = sorted(i for i in self.owner if i not in fresh)[:n]
-        assert b.ids == want
+        mine = sorted(i for i in self.owner if i not in fresh)
+        at = {p.id: p.reserved_at for p in self.q[h].pending()}
+        assert sorted(at) == sorted(self.committed_owner())
+        if how == "split" and not mine:
+            how = "none"
+        if how == "all":
+            split = float("inf")
+        elif how == "none":
+            split = float("-inf")
+        else:
+            # a split time between two reserve times (or before or after
+            # all); drawn by position, as equal times may come or not
+            times = sorted(at[i] for i in mine)
+            k = data.draw(st.integers(0, len(times)), label="split")
+            split = (times[0] - 1 if k == 0 else times[-1] + 1e-6 if k == len(times)
+                     else (times[k - 1] + times[k]) / 2)
+        t0 = time.monotonic()
+        min_idle = 0 if how == "all" else 3600 if how == "none" else max(t0 - split, 0)
+        b = self.q[h].claim(min_idle=min_idle, n=n)
+        t1 = time.monotonic()
+        # the C core compares at its own now, within [t0, t1]
+        sure = [i for i in mine if at[i] <= split][:n]
+        maybe = [i for i in mine if at[i] <= split + (t1 - t0) + 1e-6]
+        if [i for i in maybe if i not in sure and at[i] > split]:
+            assert b.ids == sorted(b.ids) and set(b.ids) <= set(maybe), (b.ids, maybe)
+            assert len(b.ids) >= len(sure)
+        else:
+            assert b.ids == sure, (b.ids, sure, min_idle)
         payload = dict(self.queue)
-        assert b.payloads == [payload[i] for i in want]
-        if want:
-            self.add_batch(h, b)
+        assert b.payloads == [payload[i] for i in b.ids]
+        if b.ids:
+            self.add_batch(h, b, t0, t1)
 
     @precondition(lambda self: self.batches)
     @rule(data=st.data(), ack=st.booleans(), whole=st.booleans())
@@ -181,7 +217,12 @@ class PendingMachine(RuleBasedStateMachine):
             self.c[0].abort()
             self.model_abort()
         else:
+            t0 = time.monotonic()
             self.c[0].commit()
+            t1 = time.monotonic()
+            for i in self.txn["fresh"]:
+                if i in self.owner:
+                    self.since[i] = (t0, t1)
             self.txn = None
 
     def model_abort(self) -> None:
@@ -219,6 +260,8 @@ class PendingMachine(RuleBasedStateMachine):
         for p in got:
             holder = self.batches[owner[p.id]][0]
             assert p.mine == (holder == 0) and p.pid == os.getpid() and p.lease_ends is None
+            t0, t1 = self.since[p.id]
+            assert t0 - 1e-6 <= p.reserved_at <= t1 + 1e-6, (p.id, t0, p.reserved_at, t1)
 
     @invariant()
     def lengths(self) -> None:

@@ -90,6 +90,39 @@ def test_ack_of_priority_item_and_clear(casket):
     assert len(q) == 0 and q.get_many(5) == []
 
 
+def test_priority_item_shows_its_deliveries(casket):
+    """item_info looked for an item in the plain run only: a priority
+    item's deliveries and reason raised NotFoundError, and pending() listed
+    its count as None."""
+    q = casket.queue("q")
+    q.put(b"p", priority=4)
+    it = q.reserve(timeout=0)
+    assert (it.deliveries, it.reason) == (1, None)
+    assert [p.deliveries for p in q.pending()] == [1]
+    it.fail("flaky")
+    it = q.reserve(timeout=0)
+    assert (it.payload, it.deliveries, it.reason) == (b"p", 2, "flaky")
+    it.ack()
+    with pytest.raises(pyqstore.NotFoundError):
+        it.deliveries
+
+
+def test_delayed_item_shows_its_deliveries(casket, clock):
+    """item_info did not look in the delayed index: an item released with
+    a delay raised NotFoundError for its deliveries and reason."""
+    q = casket.queue("q")
+    q.put(b"x", priority=2)
+    it = q.reserve(timeout=0)
+    it.fail("slow")
+    it = q.reserve(timeout=0)
+    it.release(delay=10)
+    assert (it.deliveries, it.reason) == (2, "slow")
+    assert [p.deliveries for p in q.pending()] == []
+    clock.advance(11)
+    it = q.reserve(timeout=0)
+    assert (it.payload, it.deliveries) == (b"x", 3)
+
+
 def test_priority_survives_reopen(path):
     with pyqstore.open(path, "n") as c:
         q = c.queue("x")

@@ -193,6 +193,24 @@ def put_u32(data: bytes, at: int, v: int) -> bytes:
     return bytes(b)
 
 
+def fill_semantics(c) -> None:
+    """Issue 13's records: a config with dead letters ('m'), delivery
+    counts and a reason, priority runs ('r'), delayed items ('d'), a
+    stream "s" with group "g" and a pending entry ('s', 't', 'g', 'e')."""
+    q = c.queue("jobs", maxsize=50, max_deliveries=1, dead_letter="dead")
+    q.put_many([b"p%d" % i for i in range(4)], priority=6)
+    q.put(b"later", delay=1e6)
+    q.put(b"plain")
+    q.reserve(timeout=0).fail("first try")
+    q.reserve(timeout=0).release(delay=1e6)
+    q.get()                                          # moves the failed one to "dead"
+    s = c.stream("s")
+    g = s.group("g", start="first")
+    s.append_many([b"s%d" % i for i in range(6)])
+    g.ack([x.id for x in g.read(2)])
+    g.read(1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=HERE)
@@ -219,6 +237,11 @@ def main() -> int:
         m.emit("overflow", *ovf, FIX)
         qs = m.closed("queues", fill_queues)
         m.emit("queues", *qs, FIX)
+        sem = m.closed("semantics", fill_semantics)
+        m.emit("semantics", *sem, FIX)
+        m.emit("semantics-writes", *sem, FIX | WRITES)
+        lsem = m.live("live-semantics", fill_semantics)
+        m.emit("live-semantics", *lsem, FIX | FIX_SALT)
         fl = m.closed("freelist", fill_freelist)
         m.emit("freelist", *fl, FIX)
         live = m.live("live", fill_live)
