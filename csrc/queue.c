@@ -901,7 +901,8 @@ static int keyed_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     else if (a->priority)
         q->order.dprio += (int64_t)a->stored;
     q->dlen += (int64_t)a->stored;
-    q->txn_put = a->stored > 0;
+    if (a->stored)
+        q->txn_put = 1;     /* not reset: an earlier put of the transaction set it */
     return 0;
 }
 

@@ -274,3 +274,34 @@ def test_sigkill_after_commit_keeps_the_key(path):
         assert len(q) == 0
     finally:
         c.close()
+
+
+def test_duplicate_after_a_put_in_one_transaction_still_wakes_getters(casket):
+    """A transaction that put an item and then made a keyed put that was a
+    duplicate wakes a getter blocked on the queue at its commit (the
+    duplicate must not undo the put's wake-up)."""
+    import threading
+    import time
+    q = casket.queue("a")
+    q.put(b"first", key=b"k")
+    assert q.get() == b"first"
+    q.put(b"held", key=b"h")
+    got = []
+    reader = pyqstore.open(casket.path, sync=False)
+    try:
+        rq = reader.queue("a")
+        assert rq.get() == b"held"      # the queue is empty again; "h" is gone
+        t = threading.Thread(target=lambda: got.append(rq.get(timeout=20)))
+        t.start()
+        time.sleep(0.2)                 # let it block
+        t0 = time.monotonic()
+        with casket.transaction():
+            q.put(b"new")
+            q.put(b"again", key=b"new-key")
+            assert q.put(b"dup", key=b"new-key") is not None
+        t.join(30)
+        assert got == [b"new"]
+        # a behaviour bound: woken by the commit, not by the 20 s timeout
+        assert time.monotonic() - t0 < 10
+    finally:
+        reader.close()
