@@ -22,7 +22,7 @@
  *                         into every frame
  *                  bit 4  WRITES: after the reads on the read-write
  *                         handle, try a few writes (put, putdup, out,
- *                         queue get) and a second check
+ *                         queue get, keyed put) and a second check
  *   bytes 1..4   u32 little-endian: length of the main-file part (clamped
  *                to what the input holds)
  *   then         the main file's bytes, then the log's bytes (the rest)
@@ -314,6 +314,12 @@ static void writes(qs_casket *c, const keyset *ks)
         qs_queue_get(c, list->data + list->off[0], (size_t)(list->off[1] - list->off[0]),
                      2, 0, &got);
         qs_items_free(got);
+        /* a keyed put reads the queue's key records: a duplicate of
+         * "fk" and a batch with a repeat */
+        uint32_t lens[2] = {1, 1}, kl[2] = {2, 2};
+        uint64_t ids[2];
+        qs_queue_put_keyed(c, list->data + list->off[0], (size_t)(list->off[1] - list->off[0]),
+                           2, "ab", 2, lens, "fkfk", 4, kl, 0, 0, ids, NULL);
     }
     qs_items_free(list);
     qs_queue_put(c, "fq", 2, "item", 4, NULL);

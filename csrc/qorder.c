@@ -10,23 +10,7 @@
 #define KEY_PRIO 'r'
 #define KEY_DELAY 'd'
 
-static void be64_put(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t be64_get(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* kind + u16 big-endian name length + name: the prefix of every key of
- * one kind of one queue; its length. */
-static uint32_t prefix(uint8_t kind, const uint8_t *qkey, uint32_t qklen, uint8_t *out)
+uint32_t qo_prefix(uint8_t kind, const uint8_t *qkey, uint32_t qklen, uint8_t *out)
 {
     uint32_t nlen = qklen - 1;
     out[0] = kind;
@@ -42,15 +26,15 @@ uint32_t qo_run_key(const uint8_t *qkey, uint32_t qklen, int run, uint8_t *out)
         memcpy(out, qkey, qklen);
         return qklen;
     }
-    uint32_t n = prefix(KEY_PRIO, qkey, qklen, out);
+    uint32_t n = qo_prefix(KEY_PRIO, qkey, qklen, out);
     out[n] = (uint8_t)run;
     return n + 1;
 }
 
 uint32_t qo_delay_key(const uint8_t *qkey, uint32_t qklen, uint64_t due_ns, int run, uint8_t *out)
 {
-    uint32_t n = prefix(KEY_DELAY, qkey, qklen, out);
-    be64_put(out + n, due_ns);
+    uint32_t n = qo_prefix(KEY_DELAY, qkey, qklen, out);
+    qo_be64_put(out + n, due_ns);
     out[n + 8] = (uint8_t)run;
     return n + 9;
 }
@@ -72,9 +56,9 @@ int qo_count(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uint6
 {
     uint8_t p[QO_KEY_MAX];
     qo_state n = {0};
-    int rc = count_prefixed(bt, p, prefix(KEY_PRIO, qkey, qklen, p), &n.cprio);
+    int rc = count_prefixed(bt, p, qo_prefix(KEY_PRIO, qkey, qklen, p), &n.cprio);
     if (rc == 0)
-        rc = count_prefixed(bt, p, prefix(KEY_DELAY, qkey, qklen, p), &n.cdelay);
+        rc = count_prefixed(bt, p, qo_prefix(KEY_DELAY, qkey, qklen, p), &n.cdelay);
     if (rc)
         return rc;
     *s = n;
@@ -104,7 +88,7 @@ static int read_rec(bt_ctx *bt, const bt_path *path, bt_buf *k, bt_buf *v, uint6
  * items, else on the plain run. */
 static int find_run(bt_ctx *bt, qo_run *r, int from)
 {
-    uint32_t n = prefix(KEY_PRIO, r->qkey, r->qklen, r->buf);
+    uint32_t n = qo_prefix(KEY_PRIO, r->qkey, r->qklen, r->buf);
     r->buf[n] = (uint8_t)from;
     bt_key pk = {r->buf, n + 1, 0};
     bt_path path;
@@ -141,8 +125,7 @@ int qo_run_next(bt_ctx *bt, qo_run *r)
     return r->run == QO_MAIN ? QS_NOTFOUND : find_run(bt, r, r->run + 1);
 }
 
-/* Inserts (key, id) -> v. */
-static int insert_at(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, const bt_buf *v)
+int qo_insert_at(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, const bt_buf *v)
 {
     bt_key pk = {key, klen, id};
     bt_path path;
@@ -156,7 +139,7 @@ int qo_promote(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uin
                size_t *moved, uint64_t *next_due)
 {
     uint8_t p[QO_KEY_MAX], rk[QO_KEY_MAX];
-    uint32_t n = prefix(KEY_DELAY, qkey, qklen, p);
+    uint32_t n = qo_prefix(KEY_DELAY, qkey, qklen, p);
     bt_key pk = {p, n, 0};
     bt_buf k = {0}, v = {0};
     bt_path path;
@@ -168,7 +151,7 @@ int qo_promote(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uin
            (rc = read_rec(bt, &path, &k, &v, &id)) == 0) {
         if (k.len != n + 9 || memcmp(k.data, p, n) != 0)
             break;      /* past this queue's delayed items */
-        uint64_t due = be64_get(k.data + n);
+        uint64_t due = qo_be64_get(k.data + n);
         int run = k.data[n + 8];
         if (due > now_ns) {
             *next_due = due;
@@ -179,7 +162,7 @@ int qo_promote(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uin
             break;
         }
         uint32_t rkl = qo_run_key(qkey, qklen, run, rk);
-        if ((rc = bt_delete(bt, &path)) != 0 || (rc = insert_at(bt, rk, rkl, id, &v)) != 0)
+        if ((rc = bt_delete(bt, &path)) != 0 || (rc = qo_insert_at(bt, rk, rkl, id, &v)) != 0)
             break;
         s->ddelay--;
         if (run != QO_MAIN)
@@ -191,8 +174,7 @@ int qo_promote(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, uin
     return rc == QS_NOTFOUND ? 0 : rc;
 }
 
-/* Whether path is on (key, id) after a seek to it. */
-static int seek_item(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, bt_path *path,
+int qo_seek_at(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, bt_path *path,
                      int *found)
 {
     bt_key pk = {key, klen, id};
@@ -208,11 +190,11 @@ int qo_seek_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state
                  bt_path *path, int *run)
 {
     uint8_t rk[QO_KEY_MAX];
-    int found = 0, rc = seek_item(bt, qkey, qklen, id, path, &found);
+    int found = 0, rc = qo_seek_at(bt, qkey, qklen, id, path, &found);
     *run = QO_MAIN;
     for (int r = 0; rc == 0 && !found && r < QO_MAIN && qo_has_prio(s); r++) {
         uint32_t rkl = qo_run_key(qkey, qklen, r, rk);
-        if ((rc = seek_item(bt, rk, rkl, id, path, &found)) == 0 && found)
+        if ((rc = qo_seek_at(bt, rk, rkl, id, path, &found)) == 0 && found)
             *run = r;
     }
     return rc ? rc : found ? 0 : QS_CORRUPT;
@@ -221,7 +203,7 @@ int qo_seek_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_state
 int qo_seek_delayed(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, uint64_t id, bt_path *path)
 {
     uint8_t p[QO_KEY_MAX];
-    uint32_t n = prefix(KEY_DELAY, qkey, qklen, p);
+    uint32_t n = qo_prefix(KEY_DELAY, qkey, qklen, p);
     bt_key pk = {p, n, 0};
     bt_buf k = {0};
     uint64_t seq = 0;
@@ -247,7 +229,7 @@ int qo_delay_item(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, qo_state *s, 
     int run, rc = qo_seek_item(bt, qkey, qklen, s, id, &path, &run);
     if (rc == 0 && (rc = bt_read(bt, &path, NULL, &v, 0, NULL)) == 0 &&
         (rc = bt_delete(bt, &path)) == 0)
-        rc = insert_at(bt, dk, qo_delay_key(qkey, qklen, due_ns, run, dk), id, &v);
+        rc = qo_insert_at(bt, dk, qo_delay_key(qkey, qklen, due_ns, run, dk), id, &v);
     free(v.data);
     if (rc)
         return rc;
@@ -422,7 +404,7 @@ static int by_id(const void *a, const void *b)
 static int scan_collect_delayed(bt_ctx *bt, qo_scan *s, uint64_t after)
 {
     uint8_t p[QO_KEY_MAX];
-    uint32_t n = prefix(KEY_DELAY, s->qkey, s->qklen, p);
+    uint32_t n = qo_prefix(KEY_DELAY, s->qkey, s->qklen, p);
     bt_key pk = {p, n, 0};
     bt_buf k = {0};
     bt_path path;
@@ -443,7 +425,7 @@ static int scan_collect_delayed(bt_ctx *bt, qo_scan *s, uint64_t after)
                 s->dl = nd;
                 cap = ncap;
             }
-            s->dl[s->ndl++] = (scan_delayed){id, be64_get(k.data + n), k.data[n + 8]};
+            s->dl[s->ndl++] = (scan_delayed){id, qo_be64_get(k.data + n), k.data[n + 8]};
         }
         rc = bt_next(bt, &path);
     }
@@ -490,7 +472,7 @@ int qo_scan_next(bt_ctx *bt, qo_scan *s, bt_path *path, uint64_t *id)
         const scan_delayed *d = &s->dl[s->di++];
         uint8_t dk[QO_KEY_MAX];
         int found;
-        int rc = seek_item(bt, dk, qo_delay_key(s->qkey, s->qklen, d->due, d->run, dk), d->id,
+        int rc = qo_seek_at(bt, dk, qo_delay_key(s->qkey, s->qklen, d->due, d->run, dk), d->id,
                            path, &found);
         *id = d->id;
         return rc ? rc : found ? 0 : QS_CORRUPT;

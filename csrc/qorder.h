@@ -133,6 +133,33 @@ int qo_scan_begin(bt_ctx *bt, const uint8_t *qkey, uint32_t qklen, const qo_stat
 int qo_scan_next(bt_ctx *bt, qo_scan *s, bt_path *path, uint64_t *id);
 void qo_scan_end(qo_scan *s);
 
+/* kind + u16 big-endian name length + name: the prefix of every key of
+ * one kind of one queue (qdedup.h's too); its length. */
+uint32_t qo_prefix(uint8_t kind, const uint8_t *qkey, uint32_t qklen, uint8_t *out);
+
+/* Inserts record (key, id) -> v. */
+int qo_insert_at(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, const bt_buf *v);
+
+/* Seeks (key, id): *found whether path is on it (0, with path where it
+ * would go, when absent). */
+int qo_seek_at(bt_ctx *bt, const uint8_t *key, uint32_t klen, uint64_t id, bt_path *path,
+               int *found);
+
+/* Big-endian u64 (the due times in keys, which sort as numbers). */
+static inline void qo_be64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static inline uint64_t qo_be64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
 /* The wall clock delays are measured on, ns since the epoch
  * (CLOCK_REALTIME, or the time qs_test_set_clock set). */
 uint64_t qo_now_ns(void);

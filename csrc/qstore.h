@@ -176,6 +176,7 @@ enum {
     QS_MAX_KEY = 16384,             /* bytes */
     QS_MAX_QUEUE_NAME = 4096,       /* bytes */
     QS_MAX_VALUE = 1073741824,      /* 1 GiB */
+    QS_MAX_DEDUP_KEY = 512,         /* bytes of a queue put's dedup key */
     QS_PAGE_SIZE = 4096,
     /* 2: queue configs ('m'), delivery counts (item tag 2), dedup keys
      * ('k') -- issue 13.  A version-1 casket is read as is read-only and
@@ -965,6 +966,39 @@ int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, doub
 int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n,
                        const void *vals, size_t vals_len, const uint32_t *lens,
                        double delay, int priority, uint64_t *first_id);
+
+/* klens[i] of qs_queue_put_keyed for an item put without a dedup key. */
+#define QS_NO_KEY 0xFFFFFFFF
+
+/* qs_queue_put_order with a dedup key for each item (idempotent producers,
+ * JetStream's Nats-Msg-Id): item i's key is the next klens[i] bytes of keys
+ * (1..QS_MAX_DEDUP_KEY; QS_NO_KEY: none, no bytes), the keys one after
+ * another filling keys_len bytes.  An item whose key is a duplicate is not
+ * stored and ids[i] gets the id of the item first put with that key; a
+ * key is a duplicate while that item is in the queue (available, delayed,
+ * reserved or of any priority) or while its put is less than the queue's
+ * dedup_window seconds old (qs_queue_config; the queue clock of
+ * qs_queue_test_clock), whatever process put it.  Keys repeated within the
+ * batch dedupe the same way (the first one is stored).  The key goes with
+ * its item: when the item leaves the queue (taken, acked, cleared, or moved
+ * to the dead-letter queue, which gets no key), the key is kept until its
+ * put time plus the window then in force, then dropped (each keyed put
+ * drops a few expired keys, so the work per put is bounded); a key whose
+ * window passed while its item is still in the queue stays a duplicate.
+ * Keys are committed, aborted and made durable with the items.  A keyed
+ * put never waits for room: on a bounded queue without room for the new
+ * items it stores none and returns QS_QFULL.  ids (n entries) and stored
+ * (how many items were new) may be NULL; n 0 stores nothing.
+ * @return 0, or QS_INVAL (as qs_queue_put_order; klens NULL, a key of 0
+ *         bytes or longer than QS_MAX_DEDUP_KEY, keys not exactly filling
+ *         keys_len), QS_TOOBIG, QS_QFULL, QS_NOMEM, HANDLE, WRITE, STORAGE
+ * @fail   ids and *stored untouched; no item or key added; inside a
+ *         transaction the QS_INVAL, QS_TOOBIG and QS_QFULL refusals leave
+ *         it as it was. */
+int qs_queue_put_keyed(qs_casket *c, const void *name, size_t nlen, size_t n,
+                       const void *vals, size_t vals_len, const uint32_t *lens,
+                       const void *keys, size_t keys_len, const uint32_t *klens,
+                       double delay, int priority, uint64_t *ids, size_t *stored);
 
 /* qs_queue_release that makes the item available again only after delay
  * seconds (0: at once, as qs_queue_release): nack with delay.  The item

@@ -26,6 +26,7 @@
 #include "qorder.h"
 #include "qconf.h"
 #include "qdeliv.h"
+#include "qdedup.h"
 #include "qkit.h"
 #include <errno.h>
 #include <math.h>
@@ -72,6 +73,7 @@ typedef struct qq_queue {
     uint64_t clen;              /* items in the committed tree (priority
                                    and delayed ones included) */
     qo_state order;             /* its priority and delayed items */
+    qk_state keys;              /* its items with dedup keys */
     int64_t dlen;               /* the open transaction's change to it */
     uint32_t nacked;            /* marks flagged M_ACKED */
     qq_mark *m;                 /* reservations, sorted by id */
@@ -211,6 +213,8 @@ static int count_queue(qs_casket *c, qq_queue *q)
     int rc = committed_count(c, q->key, q->klen, &q->clen, &q->conf);
     if (rc == 0 && (rc = qo_count(&bt, q->key, q->klen, &q->order, &extra)) == 0)
         q->clen += extra;
+    if (rc == 0)
+        rc = qk_count(&bt, q->key, q->klen, &q->keys);
     return rc;
 }
 
@@ -501,6 +505,7 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         if (committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
         qo_txn_end(&q->order, committed);
+        qk_txn_end(&q->keys, committed);
         recompute_deadline(q);
         /* A bounded queue's producers wait on the same word for room, and
          * qs_queue_join's callers for an empty queue. */
@@ -812,6 +817,185 @@ static int do_put_order(qs_casket *c, const void *name, size_t nlen, size_t n, c
     rc = cs_write(c, put_fn, &a);
     if (rc == 0 && first_id)
         *first_id = a.first_id;
+    return rc;
+}
+
+/* ---- keyed puts (dedup keys, qdedup.h) ------------------------------------ */
+
+typedef struct keyed_args {
+    const uint8_t *key;
+    uint32_t klen;
+    size_t n;
+    bt_vals vals;
+    const uint8_t *const *dk;   /* item i's dedup key, NULL: none */
+    const uint32_t *dklen;
+    const size_t *first;        /* index of the batch's first item with i's key */
+    uint64_t *ids;
+    size_t stored;
+    int priority;
+    double delay;
+} keyed_args;
+
+/* Two passes so that a refusal (QS_QFULL) changes nothing: the first
+ * finds the duplicates, the second stores the rest with their keys. */
+static int keyed_fn(qs_casket *c, bt_ctx *ubt, void *arg)
+{
+    keyed_args *a = arg;
+    bt_ctx bt = queue_ctx(ubt);
+    qq_queue *q;
+    int rc = lookup(c, a->key, a->klen, &q);
+    if (rc)
+        return rc;
+    uint64_t now = qo_now_ns();
+    size_t fresh = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        int dup = 0;
+        uint64_t had = 0;
+        if (a->dk[i] && a->first[i] == i &&
+            (rc = qk_find(&bt, a->key, a->klen, a->dk[i], a->dklen[i], now, q->conf.dedup_window,
+                          &had, &dup)) != 0)
+            return rc;
+        a->ids[i] = dup ? had : 0;  /* 0: stored by the pass below */
+        fresh += !dup && (!a->dk[i] || a->first[i] == i);
+    }
+    if (q->conf.maxsize && !has_room(q, fresh))
+        return QS_QFULL;
+    uint8_t okey[QO_KEY_MAX];
+    const uint8_t *rkey = a->key;
+    uint32_t rklen = a->klen;
+    if (a->delay > 0 || a->priority) {
+        rkey = okey;
+        rklen = a->delay > 0 ? qo_delay_key(a->key, a->klen, qo_due(now, a->delay),
+                                            qo_run_of(a->priority), okey)
+                             : qo_run_key(a->key, a->klen, qo_run_of(a->priority), okey);
+    }
+    uint64_t id = fresh ? pg_alloc_ids(bt.p, fresh) : 0;
+    bt_vals v = a->vals;
+    /* one insert per item, not bt_append_run: a second caller would stop
+     * LTO inlining it into put_fn, which costs the plain put 2% */
+    bt_buf item = {0};
+    for (size_t i = 0; i < a->n && rc == 0; i++, bt_vals_next(&v)) {
+        if (a->ids[i] || (a->dk[i] && a->first[i] != i))
+            continue;   /* a duplicate: nothing stored */
+        a->ids[i] = id;
+        uint32_t vlen = bt_vals_len(&v);
+        item.len = 0;
+        if ((rc = bt_buf_reserve(&item, 1 + (size_t)vlen)) != 0)
+            break;
+        item.data[0] = TAG_INLINE;
+        if (vlen)
+            memcpy(item.data + 1, bt_vals_data(&v), vlen);
+        item.len = 1 + (size_t)vlen;
+        rc = qo_insert_at(&bt, rkey, rklen, id, &item);
+        if (rc == 0 && a->dk[i])
+            rc = qk_add(&bt, a->key, a->klen, &q->keys, a->dk[i], a->dklen[i], id, now);
+        id++;
+        a->stored++;
+    }
+    free(item.data);
+    for (size_t i = 0; i < a->n; i++)
+        if (a->dk[i] && a->first[i] != i)
+            a->ids[i] = a->ids[a->first[i]];
+    /* two expired keys dropped per key added: the index cannot outgrow
+     * the keys that are due */
+    if (rc == 0)
+        rc = qk_prune(&bt, a->key, a->klen, now, 2 * a->stored + 2);
+    touch(c, q);
+    if (rc)
+        return rc;
+    if (a->delay > 0)
+        q->order.ddelay += (int64_t)a->stored;
+    else if (a->priority)
+        q->order.dprio += (int64_t)a->stored;
+    q->dlen += (int64_t)a->stored;
+    if (a->stored)
+        q->txn_put = 1;     /* not reset: an earlier put of the transaction set it */
+    return 0;
+}
+
+/* Order of the batch's keys (bytes, then position), to find repeats. */
+typedef struct key_ref {
+    const uint8_t *p;
+    uint32_t len;
+    size_t i;
+} key_ref;
+
+static int key_ref_cmp(const void *x, const void *y)
+{
+    const key_ref *a = x, *b = y;
+    int d = qo_name_cmp(a->p, a->len, b->p, b->len);
+    return d ? d : (a->i > b->i) - (a->i < b->i);
+}
+
+/* The batch's keys split out of keys (checked) into dk/dklen, and each
+ * item's first item with the same key into first. */
+static int split_keys(size_t n, const uint8_t *keys, size_t keys_len, const uint32_t *klens,
+                      const uint8_t **dk, size_t *first, key_ref *refs)
+{
+    size_t at = 0, nk = 0;
+    for (size_t i = 0; i < n; i++) {
+        first[i] = i;
+        dk[i] = NULL;
+        if (klens[i] == QS_NO_KEY)
+            continue;
+        if (klens[i] == 0 || klens[i] > QS_MAX_DEDUP_KEY || klens[i] > keys_len - at)
+            return QS_INVAL;
+        dk[i] = keys + at;
+        refs[nk++] = (key_ref){keys + at, klens[i], i};
+        at += klens[i];
+    }
+    if (at != keys_len)
+        return QS_INVAL;
+    if (nk > 1)
+        qsort(refs, nk, sizeof *refs, key_ref_cmp);
+    for (size_t j = 1; j < nk; j++)
+        if (qo_name_cmp(refs[j].p, refs[j].len, refs[j - 1].p, refs[j - 1].len) == 0)
+            first[refs[j].i] = first[refs[j - 1].i];
+    return 0;
+}
+
+static int do_put_keyed(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                        size_t vals_len, const uint32_t *lens, const void *keys, size_t keys_len,
+                        const uint32_t *klens, double delay, int priority, uint64_t *ids,
+                        size_t *stored)
+{
+    uint8_t key[QS_MAX_QUEUE_NAME + 1];
+    int rc = make_key(name, nlen, key);
+    if (rc == 0)
+        rc = check_vals(n, vals, vals_len, lens);
+    if (rc == 0)
+        rc = check_order(delay, priority);
+    if (rc == 0 && ((n && !klens) || (!keys && keys_len)))
+        rc = QS_INVAL;
+    if (rc || n == 0) {
+        if (rc == 0 && stored)
+            *stored = 0;
+        return rc;
+    }
+    if (n > SIZE_MAX / (sizeof(uint64_t) + 2 * sizeof(void *) + sizeof(size_t) + sizeof(key_ref)))
+        return QS_NOMEM;
+    uint64_t *out = malloc(n * sizeof *out);
+    const uint8_t **dk = malloc(n * sizeof *dk);
+    size_t *first = malloc(n * sizeof *first);
+    key_ref *refs = malloc(n * sizeof *refs);
+    if (!out || !dk || !first || !refs)
+        rc = QS_NOMEM;
+    if (rc == 0)
+        rc = split_keys(n, keys, keys_len, klens, dk, first, refs);
+    free(refs);
+    keyed_args a = {key, (uint32_t)nlen + 1, n, {vals, lens, 0}, dk, klens, first, out, 0,
+                    priority, delay};
+    if (rc == 0)
+        rc = cs_write(c, keyed_fn, &a);
+    if (rc == 0) {
+        if (ids)
+            memcpy(ids, out, n * sizeof *out);
+        if (stored)
+            *stored = a.stored;
+    }
+    free(out);
+    free(dk);
+    free(first);
     return rc;
 }
 
@@ -1152,15 +1336,26 @@ static int promote(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t now_ns, uint6
     return rc;
 }
 
-/* Removes the item record at path (and its share of a shared payload). */
-static int remove_item(bt_ctx *bt, bt_path *path, uint64_t id, int shared, int *kept)
+/* Item id of q left it: its dedup key, if it has one, starts to expire
+ * (qdedup.h).  Only a queue that holds keyed items reads anything. */
+static inline int forget_key(bt_ctx *bt, qq_queue *q, uint64_t id, int *kept)
+{
+    if (!qk_any(&q->keys))
+        return 0;
+    *kept = 0;
+    return qk_gone(bt, q->key, q->klen, &q->keys, id, q->conf.dedup_window, qo_now_ns());
+}
+
+/* Removes item id of q, its record at path (and its share of a shared
+ * payload, and its dedup key's hold). */
+static int remove_item(bt_ctx *bt, qq_queue *q, bt_path *path, uint64_t id, int shared, int *kept)
 {
     int rc = bt_delete_next(bt, path, kept);
     if (rc == 0 && shared) {
         *kept = 0;
         rc = unref(bt, id);
     }
-    return rc;
+    return rc ? rc : forget_key(bt, q, id, kept);
 }
 
 /* Moves item (q, id), at path in q's run `run`, whose value v is, to q's
@@ -1183,6 +1378,11 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
         rc = 0;
     if (rc == 0)
         rc = bt_insert(bt, path, &pk, v, len);
+    /* the key stays with this queue, as for an ack; the dead-letter
+     * queue's copy has none */
+    int kept;
+    if (rc == 0)
+        rc = forget_key(bt, q, id, &kept);
     if (rc)
         return rc;
     q->dlen--;
@@ -1315,7 +1515,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             kept = 0;
             any = 1;
         } else {
-            if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
+            if ((rc = remove_item(&bt, q, &path, id, shared, &kept)) != 0)
                 break;
             q->dlen--;
             if (run.run != QO_MAIN)
@@ -1616,7 +1816,7 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     if (rc == 0 &&
         (rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) == 0) {
         shared = value_shared(tag.data.data, tag.data.len);
-        rc = remove_item(&bt, &path, a->id, shared, &kept);
+        rc = remove_item(&bt, q, &path, a->id, shared, &kept);
     }
     out_drop(&tag);
     if (rc) {
@@ -1898,7 +2098,7 @@ static int clear_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if ((rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) != 0)
             break;
         int shared = value_shared(tag.data.data, tag.data.len);
-        if ((rc = remove_item(&bt, &path, id, shared, &kept)) != 0)
+        if ((rc = remove_item(&bt, q, &path, id, shared, &kept)) != 0)
             break;
         from = id + 1;
         a->removed++;
@@ -2473,6 +2673,17 @@ int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n, co
     return rc ? rc
               : cs_return(c, do_put_order(c, name, nlen, n, vals, vals_len, lens, delay, priority,
                                           first_id));
+}
+
+int qs_queue_put_keyed(qs_casket *c, const void *name, size_t nlen, size_t n, const void *vals,
+                       size_t vals_len, const uint32_t *lens, const void *keys, size_t keys_len,
+                       const uint32_t *klens, double delay, int priority, uint64_t *ids,
+                       size_t *stored)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc
+              : cs_return(c, do_put_keyed(c, name, nlen, n, vals, vals_len, lens, keys, keys_len,
+                                          klens, delay, priority, ids, stored));
 }
 
 int qs_queue_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_t id,

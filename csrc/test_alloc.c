@@ -1459,6 +1459,71 @@ static int wl_semantics(run *r)
     return 0;
 }
 
+/* qs_queue_put_keyed of n one-byte items v[i] under keys k[i] (NULL:
+ * none), the items it stored added to the model; its ids into ids. */
+static int w_kput(run *r, const char *name, size_t n, const char *v, const char *const *k,
+                  uint64_t *ids, size_t *stored)
+{
+    uint32_t lens[8], kl[8];
+    char keys[64];
+    size_t kt = 0;
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = 1;
+        kl[i] = k[i] ? (uint32_t)strlen(k[i]) : QS_NO_KEY;
+        if (k[i]) {
+            memcpy(keys + kt, k[i], kl[i]);
+            kt += kl[i];
+        }
+    }
+    int rc = qs_queue_put_keyed(r->c, name, strlen(name), n, v, n, lens, keys, kt, kl, 0, 0, ids,
+                                stored);
+    /* the stored items are the first occurrences of the *stored largest
+     * ids: fresh ids are above every earlier one */
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        size_t above = 0, seen = 0;
+        for (size_t j = 0; j < n; j++) {
+            int distinct = 1;
+            for (size_t m = 0; m < j; m++)
+                distinct &= ids[m] != ids[j];
+            above += distinct && ids[j] > ids[i];
+            seen |= j < i && ids[j] == ids[i];
+        }
+        if (!seen && above < *stored)
+            mq_add(cur_model(r), name, ids[i], v + i, 1);
+    }
+    return rc;
+}
+
+/* Dedup keys: a keyed put, its duplicate, a batch with a repeat, the takes
+ * that start the keys' expiry, a duplicate within the window, and the
+ * prune of a keyed put. */
+static int wl_dedup(run *r)
+{
+    qs_queue_config cfg = {0, 0, 3600, NULL, 0};
+    DO(r, "qs_queue_config_set", qs_queue_config_set(r->c, "kd", 2, &cfg), 0);
+    uint64_t ids[8] = {0}, first = 0;
+    size_t stored = 0;
+    static const char *const one[] = {"k1"};
+    DO(r, "qs_queue_put_keyed", w_kput(r, "kd", 1, "a", one, ids, &stored), 0);
+    first = ids[0];
+    EXPECT(r, stored == 1);
+    DO(r, "qs_queue_put_keyed", w_kput(r, "kd", 1, "b", one, ids, &stored), 0);
+    EXPECT(r, stored == 0 && ids[0] == first);
+    static const char *const batch[] = {"k2", "k2", NULL, "k1", "k3"};
+    DO(r, "qs_queue_put_keyed", w_kput(r, "kd", 5, "cdefg", batch, ids, &stored), 0);
+    EXPECT(r, stored == 3 && ids[1] == ids[0] && ids[3] == first);
+    QGET(r, "kd", 3);
+    DO(r, "qs_queue_put_keyed", w_kput(r, "kd", 1, "h", one, ids, &stored), 0);
+    EXPECT(r, stored == 0 && ids[0] == first);
+    cfg.dedup_window = 0;
+    DO(r, "qs_queue_config_set", qs_queue_config_set(r->c, "kd", 2, &cfg), 0);
+    QGET(r, "kd", 5);
+    static const char *const two[] = {"k9", "k3"};
+    DO(r, "qs_queue_put_keyed", w_kput(r, "kd", 2, "ij", two, ids, &stored), 0);
+    EXPECT(r, stored == 2);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* the driver                                                          */
 
@@ -1747,6 +1812,7 @@ static const workload W_MAINT = {"maint", wl_maint, 1, 1};
 static const workload W_QUEUE = {"queue", wl_queue, 1, 1};
 static const workload W_POLICY = {"policy", wl_policy, 1, 1};
 static const workload W_SEMANTICS = {"semantics", wl_semantics, 1, 1};
+static const workload W_DEDUP = {"dedup", wl_dedup, 1, 1};
 
 static void run_both(const workload *w)
 {
@@ -1764,6 +1830,7 @@ static void alloc_maint(void) { run_both(&W_MAINT); }
 static void alloc_queue(void) { run_both(&W_QUEUE); }
 static void alloc_policy(void) { run_both(&W_POLICY); }
 static void alloc_semantics(void) { run_both(&W_SEMANTICS); }
+static void alloc_dedup(void) { run_both(&W_DEDUP); }
 
 /* Every allocation site the library reached while armed was made to fail
  * at least once; list those only reached unarmed (setup, checks). */
@@ -1827,6 +1894,7 @@ int main(void)
     RUN(alloc_queue);
     RUN(alloc_policy);
     RUN(alloc_semantics);
+    RUN(alloc_dedup);
     RUN(alloc_sites);
     m_free(&seed_model);
     tc_tmp_remove(&seed_dir);

@@ -1142,11 +1142,51 @@ static int pl_txn(qs_casket *c, uint64_t i)
     }
     if (!rc)
         rc = pl_txn_semantics(c, i);
+    /* dedup keys: a new key "k<i>" stored, then "k1" again, a duplicate */
+    for (int d = 0; d < 2 && !rc; d++) {
+        char dk[24];
+        uint32_t vl = (uint32_t)kn, dl = (uint32_t)snprintf(dk, sizeof dk, "k%" PRIu64,
+                                                            d ? (uint64_t)1 : i);
+        size_t stored = 0;
+        uint64_t id = 0;
+        rc = qs_queue_put_keyed(c, "plk", 3, 1, k, vl, &vl, dk, dl, &dl, 0, 0, &id, &stored);
+        if (rc == 0 && stored != (size_t)(d == 0))
+            rc = QS_CORRUPT;
+    }
     if (rc) {
         qs_abort(c);
         return rc;
     }
     return qs_commit(c);
+}
+
+/* The dedup keys after transaction j: j items, keys k1..kj each a
+ * duplicate of its item (checked in a transaction that is aborted). */
+static int pl_verify_keys(qs_casket *c, uint64_t j, const char *what)
+{
+    uint64_t len = 0;
+    int bad = qs_queue_len(c, "plk", 3, &len) != 0 || len != j;
+    qs_items *all = NULL;
+    if (j && (qs_queue_peek(c, "plk", 3, (size_t)j, &all) != 0 || all->count != j))
+        bad++;
+    if (!bad && qs_begin(c) == 0) {
+        for (uint64_t i = 1; i <= j + 1 && !bad; i++) {
+            char dk[24];
+            uint32_t one = 1, dl = (uint32_t)snprintf(dk, sizeof dk, "k%" PRIu64, i);
+            size_t stored = 9;
+            uint64_t id = 0;
+            if (qs_queue_put_keyed(c, "plk", 3, 1, "x", 1, &one, dk, dl, &dl, 0, 0, &id,
+                                   &stored) != 0 ||
+                stored != (i == j + 1) || (i <= j && id != all->ids[i - 1]))
+                bad++;
+        }
+        qs_abort(c);
+    }
+    qs_items_free(all);
+    if (bad)
+        printf("  %s: dedup keys do not hold transaction %" PRIu64 " (len %" PRIu64 ")\n", what,
+               j, len);
+    return bad;
 }
 
 /* The policy records after transaction j: config maxsize 1000 + j, j
@@ -1306,6 +1346,7 @@ static void power_loss(void)
                 bad += pl_verify_policy(c, j, what);
             if (!bad)
                 bad += pl_verify_semantics(c, j, what);
+                bad += pl_verify_keys(c, j, what);
             qs_close(c);
         }
         if (bad)

@@ -324,6 +324,40 @@ def _priority_arg(priority: Any) -> int:
     return i
 
 
+# qs_queue_put_keyed's length of an item without a key (QS_NO_KEY: a
+# #define, which cffi's cdef does not see)
+_NO_KEY = 0xFFFFFFFF
+MAX_DEDUP_KEY = lib.QS_MAX_DEDUP_KEY
+
+
+def _key_arg(key: Any) -> Optional[bytes]:
+    """A dedup key: None or bytes of 1..MAX_DEDUP_KEY (TypeError for a str
+    or anything else, ValueError for an empty or too long one)."""
+    if key is None:
+        return None
+    if type(key) is not bytes:
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+    if not 0 < len(key) <= MAX_DEDUP_KEY:
+        raise ValueError(f"key must be 1..{MAX_DEDUP_KEY} bytes, not {len(key)}")
+    return key
+
+
+def _keys_arg(keys: Any, n: int) -> list[Optional[bytes]]:
+    """put_many's keys: an iterable of n keys (each as _key_arg)."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"keys must be an iterable of keys (bytes or None), not one "
+                        f"{type(keys).__name__}")
+    try:
+        out = [_key_arg(k) for k in keys]
+    except TypeError as e:
+        if "key must be" in str(e):
+            raise
+        raise TypeError(f"keys must be an iterable of keys, not {type(keys).__name__}") from None
+    if len(out) != n:
+        raise ValueError(f"keys has {len(out)} keys for {n} payloads")
+    return out
+
+
 def _timeout_arg(block: bool, timeout: Optional[float]) -> float:
     if not block:
         return 0.0
@@ -482,14 +516,16 @@ class Queue(Generic[T]):
     @overload
     def put(self: "Queue[bytes]", payload: BytesLike, block: bool = True,
             timeout: Optional[float] = None, delay: Optional[float] = None,
-            priority: Optional[int] = None) -> int: ...
+            priority: Optional[int] = None, key: Optional[bytes] = None) -> int: ...
 
     @overload
     def put(self, payload: T, block: bool = True, timeout: Optional[float] = None,
-            delay: Optional[float] = None, priority: Optional[int] = None) -> int: ...
+            delay: Optional[float] = None, priority: Optional[int] = None,
+            key: Optional[bytes] = None) -> int: ...
 
     def put(self, payload: Any, block: bool = True, timeout: Optional[float] = None,
-            delay: Optional[float] = None, priority: Optional[int] = None) -> int:
+            delay: Optional[float] = None, priority: Optional[int] = None,
+            key: Optional[bytes] = None) -> int:
         """Append one item; returns its id.
 
         On a bounded queue (``casket.queue(name, maxsize=N)``) holding N
@@ -506,8 +542,23 @@ class Queue(Generic[T]):
         stored as a wall-clock time, so it holds across processes and
         reopening.  TypeError or ValueError name a bad one; nothing is
         stored.  A put with a delay or a priority does not wait for room:
-        on a full queue it raises Full at once, as put_many does."""
-        if delay is not None or priority is not None:
+        on a full queue it raises Full at once, as put_many does.
+
+        ``key`` (bytes, 1..512 of them; None: none) makes the put
+        idempotent (JetStream's Nats-Msg-Id): when an item put with the same
+        key is still in the queue (available, reserved, delayed, of any
+        priority), or was put less than the queue's ``dedup_window``
+        seconds ago (``casket.queue(name, dedup_window=s)``), nothing is
+        stored and the first item's id is returned.  The key goes with its
+        item: once the item has left the queue (taken, acked, cleared or
+        dead-lettered) and the window has passed, the key may be used
+        again.  It is part of the transaction, across processes, and
+        durable like the item.  TypeError for a key that is not bytes,
+        ValueError for an empty or too long one.  A keyed put does not
+        wait for room either."""
+        if delay is not None or priority is not None or key is not None:
+            if key is not None:
+                return self._put_keyed([payload], [key], delay, priority, "put")[0][0]
             return self._put_order([payload], delay, priority, "put")
         # Each bytecode here costs every put (bench/callgrind_check.py): the
         # parameters are positional-or-keyword because keyword-only ones
@@ -536,8 +587,10 @@ class Queue(Generic[T]):
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
 
-    def put_nowait(self, payload: Any) -> int:
-        """``put(payload, block=False)``."""
+    def put_nowait(self, payload: Any, key: Optional[bytes] = None) -> int:
+        """``put(payload, block=False, key=key)``."""
+        if key is not None:
+            return self.put(payload, False, None, None, None, key)
         return self.put(payload, False)
 
     def join(self, timeout: Optional[float] = None) -> bool:
@@ -594,23 +647,32 @@ class Queue(Generic[T]):
 
     @overload
     def put_many(self: "Queue[bytes]", payloads: Iterable[BytesLike], *,
-                 delay: Optional[float] = None, priority: Optional[int] = None) -> int: ...
+                 delay: Optional[float] = None, priority: Optional[int] = None,
+                 keys: Optional[Iterable[Optional[bytes]]] = None) -> int: ...
 
     @overload
     def put_many(self, payloads: Iterable[T], *, delay: Optional[float] = None,
-                 priority: Optional[int] = None) -> int: ...
+                 priority: Optional[int] = None,
+                 keys: Optional[Iterable[Optional[bytes]]] = None) -> int: ...
 
     def put_many(self, payloads: Iterable[Any], *, delay: Optional[float] = None,
-                 priority: Optional[int] = None) -> int:
+                 priority: Optional[int] = None,
+                 keys: Optional[Iterable[Optional[bytes]]] = None) -> int:
         """Append every payload of the iterable in one call (one transaction
-        unless inside the caller's); returns how many.  ``delay`` and
-        ``priority`` as :meth:`put`, for every item.  On a bounded queue
-        without room for all of them it stores none and raises
-        :class:`pyqstore.Full` (it never waits)."""
+        unless inside the caller's); returns how many were stored.
+        ``delay`` and ``priority`` as :meth:`put`, for every item.  ``keys``:
+        one dedup key per payload (None for an item without one), as
+        :meth:`put`'s ``key``; an item whose key is a duplicate, also of an
+        earlier item of the same batch, is not stored (so fewer than given
+        may be stored).  On a bounded queue without room for all of them it
+        stores none and raises :class:`pyqstore.Full` (it never waits)."""
         if isinstance(payloads, (str, bytes, bytearray, memoryview)):
             # iterating would store one item per character (or per int)
             raise TypeError(f"put_many takes an iterable of payloads, not one "
                             f"{type(payloads).__name__}: use put(x) or put_many([x])")
+        if keys is not None:
+            items = list(payloads)
+            return self._put_keyed(items, keys, delay, priority, "put_many")[1]
         if delay is not None or priority is not None:
             items = list(payloads)
             self._put_order(items, delay, priority, "put_many")
@@ -658,6 +720,36 @@ class Queue(Generic[T]):
         if rc:
             self._raise(rc, op)
         return int(out[0])
+
+    def _put_keyed(self, items: list[Any], keys: Iterable[Optional[bytes]], delay: Any,
+                   priority: Any, op: str) -> tuple[list[int], int]:
+        """Stores items (encoded here) with their dedup keys
+        (qs_queue_put_keyed): (each item's id, the first item's for a
+        duplicate; how many were stored)."""
+        d = _delay_arg(delay)
+        p = _priority_arg(priority)
+        klist = _keys_arg(keys, len(items))
+        if not items:
+            return [], 0
+        codec = self._codec
+        payloads = [_raw_payload(x) if codec is None else _encoded(codec, x) for x in items]
+        data, lens = _pack(payloads)
+        klens = array("I", [_NO_KEY if k is None else len(k) for k in klist])
+        n = len(payloads)
+        ids = _new("uint64_t[]", n)
+        stored = _new("size_t *")
+        rc = lib.qs_queue_put_keyed(self._c, self._key, self._klen, n, data, len(data),
+                                    ffi.from_buffer("uint32_t[]", lens),
+                                    b"".join(k for k in klist if k is not None),
+                                    sum(len(k) for k in klist if k is not None),
+                                    ffi.from_buffer("uint32_t[]", klens), d, p, ids, stored)
+        if rc:
+            if rc == _QFULL and op == "put_many":
+                self._raise_put_many(rc, n)
+            if rc == _QFULL:
+                raise Full(f"queue {self.name!r} is full ({self.config().maxsize} items)")
+            self._raise(rc, op)
+        return list(ids), int(stored[0])
 
     def delayed(self) -> int:
         """How many of the queue's items are delayed (put or released with
@@ -907,20 +999,25 @@ class Queue(Generic[T]):
 
     @overload
     async def put_async(self: "Queue[bytes]", payload: BytesLike,
-                        timeout: Optional[float] = None) -> int: ...
+                        timeout: Optional[float] = None, key: Optional[bytes] = None) -> int: ...
 
     @overload
-    async def put_async(self, payload: T, timeout: Optional[float] = None) -> int: ...
+    async def put_async(self, payload: T, timeout: Optional[float] = None,
+                        key: Optional[bytes] = None) -> int: ...
 
-    async def put_async(self, payload: Any, timeout: Optional[float] = None) -> int:
+    async def put_async(self, payload: Any, timeout: Optional[float] = None,
+                        key: Optional[bytes] = None) -> int:
         """``await q.put_async(payload)``: :meth:`put` for asyncio; returns
         the id.  On a bounded queue that is full it waits, as
         :meth:`get_async` does, for a commit that frees room (up to
         timeout seconds, then the queue's Full error); an unbounded queue
-        never waits."""
+        never waits.  ``key``: a dedup key, as :meth:`put`'s (a duplicate
+        returns the first item's id at once)."""
         t = None if timeout is None else _timeout_arg(True, timeout)
-        return await _aio.wait_for_take(self, "put_async", lambda: self.put_nowait(payload),
-                                        (Full,), t)
+        if key is not None:
+            _key_arg(key)   # a bad key raises here, not after a wait
+        return await _aio.wait_for_take(self, "put_async",
+                                        lambda: self.put_nowait(payload, key), (Full,), t)
 
     def __aiter__(self) -> AsyncIterator[T]:
         """``async for item in q``: :meth:`get_async` without a timeout,

@@ -143,6 +143,16 @@ def fill_queues(c) -> None:
     c.put(b"rec", b"beside the queues")
 
 
+def fill_keys(c) -> None:
+    """Dedup keys: live ones, keys whose item went (the expiry index), a
+    window in the config."""
+    q = c.queue("keyed", dedup_window=3600)
+    q.put_many([b"k-%d" % i for i in range(12)], keys=[b"key-%d" % i for i in range(12)])
+    q.put(b"dup", key=b"key-3")
+    q.get_many(5)
+    c.queue("nowin").put(b"x", key=b"only while held")
+
+
 def fill_freelist(c) -> None:
     c.putdup_many((b"f%05d" % i, b"y" * 40) for i in range(200))
     for i in range(0, 200):
@@ -242,6 +252,9 @@ def main() -> int:
         m.emit("semantics-writes", *sem, FIX | WRITES)
         lsem = m.live("live-semantics", fill_semantics)
         m.emit("live-semantics", *lsem, FIX | FIX_SALT)
+        ks = m.closed("keys", fill_keys)
+        m.emit("keys", *ks, FIX)
+        m.emit("keys-writes", *ks, FIX | WRITES)
         fl = m.closed("freelist", fill_freelist)
         m.emit("freelist", *fl, FIX)
         live = m.live("live", fill_live)
