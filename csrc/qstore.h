@@ -1122,7 +1122,11 @@ int qs_queue_join(qs_casket *c, const void *name, size_t nlen, double timeout);
  * max_deliveries N moves an item that was reserved N times to its
  * dead-letter queue, with its id, count and last reason, instead of handing
  * it out again: the take (get or reserve) that reaches it moves it, in the
- * same commit.  The dead-letter queue's maxsize does not stop the move. */
+ * same commit.  A bounded dead-letter queue is never overfilled: while it
+ * holds maxsize items, the spent item stays where it is (in its queue's
+ * length, handed to nobody; the take goes on past it), and the first take
+ * that reaches it once the dead-letter queue has room moves it.  The check
+ * and the move are one write, so no two takers overfill it. */
 
 /* qs_queue_release that also records why the holder failed the item
  * (reason, up to QD_MAX_REASON = 1024 bytes; rlen 0: an empty reason), kept

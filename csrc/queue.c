@@ -1158,7 +1158,9 @@ static int remove_item(bt_ctx *bt, bt_path *path, uint64_t id, int shared, int *
 
 /* Moves item (q, id), at path in q's run `run`, whose value v is, to q's
  * dead-letter queue's plain run, keeping its id and its value (delivery
- * count and reason; not its priority). */
+ * count and reason; not its priority).  QS_QFULL, with nothing changed,
+ * when the dead-letter queue is bounded and full: the item then stays
+ * where it is, undelivered, until a take finds room there. */
 static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *path,
                        uint64_t id, const uint8_t *v, size_t len)
 {
@@ -1167,6 +1169,8 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
     int rc = make_key(q->conf.dl, q->conf.dllen, dkey);
     if (rc == 0)
         rc = lookup(c, dkey, q->conf.dllen + 1, &d);
+    if (rc == 0 && d->conf.maxsize && !has_room(d, 1))
+        return QS_QFULL;
     if (rc == 0)
         rc = bt_delete(bt, path);
     if (rc)
@@ -1190,7 +1194,8 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
 }
 
 /* The delivery an item's take is: an item reserved max_deliveries times
- * goes to the dead-letter queue instead (*moved 1); a reserve counts one
+ * goes to the dead-letter queue instead (*moved 1), or stays where it is,
+ * not handed out, while that queue is full (*moved 2); a reserve counts one
  * more delivery in the item's record (the path is then not valid).  v is
  * the item's value as read. */
 static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_path *path,
@@ -1202,8 +1207,9 @@ static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_
     if (rc)
         return rc;
     if (q->conf.max_deliveries && d.count >= q->conf.max_deliveries) {
-        *moved = 1;
-        return dead_letter(c, bt, q, run->run, path, id, v, len);
+        rc = dead_letter(c, bt, q, run->run, path, id, v, len);
+        *moved = rc == QS_QFULL ? 2 : 1;
+        return rc == QS_QFULL ? 0 : rc;
     }
     if (!reserve)
         return 0;
@@ -1288,7 +1294,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
                               a->out.data.len - at, &moved)) != 0)
                 break;
             if (moved) {
-                a->moved++;
+                a->moved += moved == 1;
                 a->out.data.len = at;
                 from = id + 1;
                 kept = 0;
