@@ -746,6 +746,16 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
  * @fail   nothing put. */
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout);
 
+/* qs_queue_put_wait of an item with a delay (seconds, 0: none) and a
+ * priority (0..9), as qs_queue_put_order stores them: it waits for room in
+ * a full bounded queue the same way, asleep on the same word.
+ * @return the id, or what qs_queue_put_wait returns; QS_INVAL also for a
+ *         delay negative, NaN or infinite, or a priority outside 0..9
+ *         (found before q's casket is looked at)
+ * @fail   nothing put. */
+int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, double delay,
+                                int priority, double timeout);
+
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,
@@ -957,8 +967,9 @@ int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, doub
  * once), priority 0..9.  A priority or delayed item is stored in its own
  * run of records, so this is slower than qs_queue_put_many by a seek.
  * @return 0, or QS_INVAL (as qs_queue_put_many; delay negative, NaN or
- *         infinite; priority outside 0..9), QS_TOOBIG, HANDLE, WRITE,
- *         STORAGE
+ *         infinite; priority outside 0..9), QS_TOOBIG, QS_QFULL (a bounded
+ *         queue without room for all n: a refusal, it never waits; one item
+ *         may wait with qs_queue_put_order_wait), HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added; inside a transaction the
  *         QS_INVAL and QS_TOOBIG refusals leave it as it was. */
 int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n,

@@ -884,16 +884,17 @@ static _Thread_local double wait_left;
 /* The put of qs_queue_put_wait: waits for room in a bounded queue asleep
  * on its wake-up word, which a commit that consumed items of a bounded
  * queue moves (take_wait's scheme, turned around). */
-static int put_wait(qs_casket *c, const uint8_t *key, uint32_t klen, bt_vals v, double timeout,
-                    uint64_t *id)
+static int put_wait(qs_casket *c, put_args *a, double timeout, uint64_t *id)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(a->key, a->klen);
     for (;;) {
         /* read before the look: a commit after it moves the word */
         uint32_t word = qr_wait_word(cs_region(c), hash);
-        int rc = put_key(c, key, klen, 1, v, id);
+        int rc = cs_write(c, put_fn, a);
+        if (rc == 0)
+            *id = a->first_id;
         if (rc != QS_QFULL || nowait)
             return rc;
         double now = cs_now();
@@ -910,8 +911,10 @@ static int put_wait(qs_casket *c, const uint8_t *key, uint32_t klen, bt_vals v, 
 }
 
 /* One put on q, as qs_queue_put_id returns it; wait: qs_queue_put_wait's
- * waiting for room (a branch, so the plain put pays nothing for it). */
-static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout)
+ * waiting for room (a branch, so the plain put pays nothing for it), with
+ * the priority and delay of qs_queue_put_order_wait (checked by it). */
+static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout,
+                              double delay, int priority)
 {
     if (!q || (!val && vlen) || isnan(timeout))
         return QS_INVAL;
@@ -922,8 +925,8 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wai
         uint32_t len = (uint32_t)vlen;
         bt_vals v = {val, &len, 0};
         uint64_t id = 0;
-        rc = wait ? put_wait(q->c, q->key, q->klen, v, timeout, &id)
-                  : put_key(q->c, q->key, q->klen, 1, v, &id);
+        put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
+        rc = wait ? put_wait(q->c, &a, timeout, &id) : put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
         if (rc == 0)
             return (int64_t)id;
@@ -942,12 +945,20 @@ int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash)
 
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
 {
-    return put_one(q, val, vlen, 0, 0);
+    return put_one(q, val, vlen, 0, 0, 0, 0);
 }
 
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout)
 {
-    return put_one(q, val, vlen, 1, timeout);
+    return put_one(q, val, vlen, 1, timeout, 0, 0);
+}
+
+int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, double delay,
+                                int priority, double timeout)
+{
+    if (check_order(delay, priority))
+        return QS_INVAL;
+    return put_one(q, val, vlen, 1, timeout, delay, priority);
 }
 
 /* ---- config ---------------------------------------------------------------- */

@@ -97,9 +97,63 @@ static void full_dead_letter_queue_holds_the_item(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_put_order_wait: a priority or delayed put on a full queue waits
+ * for room as a plain one does (here a thread's get frees it), gives up
+ * with QS_QFULL when its time is up, and refuses a bad order first. */
+typedef struct getter {
+    qs_casket *c;
+    int rc;
+} getter;
+
+static void *get_later(void *arg)
+{
+    getter *g = arg;
+    msleep(100);
+    qs_items *it = NULL;
+    g->rc = qs_queue_get(g->c, "b", 1, 1, 0, &it);
+    qs_items_free(it);
+    return NULL;
+}
+
+static void ordered_put_waits_for_room(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_p(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(set_conf(c, "b", 1, 0, NULL), 0);
+    CHECK(qput(c, "b", "fill") != 0);
+    qs_queue *q = NULL;
+    REQUIRE_RC(qs_queue_new(c, "b", 1, &q), 0);
+    CHECK(qs_queue_put_order_wait(q, "x", 1, -1, 0, 1) == QS_INVAL);
+    CHECK(qs_queue_put_order_wait(q, "x", 1, 0, 10, 1) == QS_INVAL);
+    CHECK(qs_queue_put_order_wait(q, "x", 1, NAN, 0, 1) == QS_INVAL);
+    double t0 = tc_now();
+    CHECK(qs_queue_put_order_wait(q, "x", 1, 0, 3, 0.1) == QS_QFULL);
+    CHECK(tc_now() - t0 >= 0.08);
+    CHECK(qs_queue_put_order_wait(q, "x", 1, 5, 0, 0) == QS_QFULL);
+    getter g = {c, -1};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, get_later, &g) == 0);
+    int64_t id = qs_queue_put_order_wait(q, "hi", 2, 0, 7, 10);
+    pthread_join(th, NULL);
+    CHECK_RC(g.rc, 0);
+    CHECK(id > 0);
+    CHECK(qlen(c, "b") == 1);
+    qs_items *it = NULL;
+    CHECK_RC(qs_queue_get(c, "b", 1, 1, 0, &it), 0);
+    CHECK(it && it->count == 1 && (int64_t)it->ids[0] == id && memcmp(it->data, "hi", 2) == 0);
+    qs_items_free(it);
+    qs_queue_free(q);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(full_dead_letter_queue_holds_the_item);
+    RUN(ordered_put_waits_for_room);
     return tc_summary();
 }

@@ -505,10 +505,15 @@ class Queue(Generic[T]):
         :meth:`delayed`), then is available at its id.  The due time is
         stored as a wall-clock time, so it holds across processes and
         reopening.  TypeError or ValueError name a bad one; nothing is
-        stored.  A put with a delay or a priority does not wait for room:
-        on a full queue it raises Full at once, as put_many does."""
+        stored.  A put with a delay or a priority waits for room (block,
+        timeout) like any other."""
         if delay is not None or priority is not None:
-            return self._put_order([payload], delay, priority, "put")
+            d = _delay_arg(delay)
+            p = _priority_arg(priority)
+            t = _timeout_arg(block, timeout)
+            c = self._codec
+            return self._put_wait(_raw_payload(payload) if c is None else _encoded(c, payload),
+                                  t, d, p)
         # Each bytecode here costs every put (bench/callgrind_check.py): the
         # parameters are positional-or-keyword because keyword-only ones
         # with defaults took 12% more instructions per put (no specialized
@@ -524,12 +529,13 @@ class Queue(Generic[T]):
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
 
-    def _put_wait(self, b: bytes, timeout: float) -> int:
-        # The queue was full: wait for room in C (the futex word), through
-        # signals as get does.
-        r: int = lib.qs_queue_put_wait(self._q, b, len(b), timeout)
+    def _put_wait(self, b: bytes, timeout: float, delay: float = 0.0, priority: int = 0) -> int:
+        # The queue was full (or the item has a delay or a priority): put,
+        # waiting for room in C (the futex word), through signals as get
+        # does.
+        r: int = lib.qs_queue_put_order_wait(self._q, b, len(b), delay, priority, timeout)
         while r == _INTR:
-            r = lib.qs_queue_put_wait(self._q, b, len(b), _wait_left())
+            r = lib.qs_queue_put_order_wait(self._q, b, len(b), delay, priority, _wait_left())
         if r < 0:
             if r == _QFULL:
                 raise Full(f"queue {self.name!r} is full ({self.config().maxsize} items)")

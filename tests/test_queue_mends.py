@@ -42,3 +42,53 @@ def test_full_dead_letter_queue_holds_the_item(casket):
         q.get(block=False)
     assert (len(q), len(dead)) == (0, 1)
     assert dead.get() == b"b"
+
+
+# ------------------------------------------- waiting puts with order
+
+
+def test_put_with_priority_or_delay_waits_and_times_out(casket):
+    q = casket.queue("b", maxsize=1)
+    q.put(b"fill")
+    t0 = time.monotonic()
+    with pytest.raises(pyqstore.Full):
+        q.put(b"p", priority=5, timeout=0.2)
+    assert time.monotonic() - t0 >= 0.15          # it waited, then gave up
+    with pytest.raises(pyqstore.Full):
+        q.put(b"d", delay=1.0, block=False)
+    with pytest.raises(ValueError):
+        q.put(b"p", priority=10, timeout=0.2)     # bad input before any wait
+    assert len(q) == 1
+    with casket.transaction():
+        with pytest.raises(pyqstore.Full):
+            q.put(b"p", priority=1, timeout=5)    # inside one: Full at once
+
+
+def _priority_producer(conn, path):
+    c = pyqstore.open(path, sync=False)
+    q = c.queue("b")
+    conn.send("ready")
+    t0 = time.monotonic()
+    i = q.put(b"urgent", priority=9, timeout=30)
+    conn.send((i, time.monotonic() - t0))
+    c.close()
+
+
+def test_blocked_priority_put_woken_by_consumer_in_other_process(path, kids):
+    c = pyqstore.open(path, "n", sync=False)
+    try:
+        q = c.queue("b", maxsize=2)
+        q.put_many([b"1", b"2"])
+        p, conn = kids.start(_priority_producer, path)
+        assert recv(conn, p) == "ready"
+        time.sleep(0.3)                         # it is blocked on Full by now
+        assert len(q) == 2
+        assert q.get() == b"1"                  # frees room: wakes it
+        i, waited = recv(conn, p, timeout=30)
+        assert waited >= 0.2
+        assert len(q) == 2
+        assert q.get() == b"urgent"             # priority 9 first
+        assert q.get() == b"2"
+        p.join(10)
+    finally:
+        c.close()
