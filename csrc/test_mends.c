@@ -150,10 +150,113 @@ static void ordered_put_waits_for_room(void)
     tc_tmp_remove(&t);
 }
 
+/* Inside a transaction a reserve's count is not part of it: the abort
+ * undoes the reserve, an ack, a release, but the count stays (written
+ * again by the abort's follow-up), and the next reserve counts on from it. */
+static void count_survives_abort(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_p(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    uint64_t a = qput(c, "j", "a"), b = qput(c, "j", "b");
+    REQUIRE(a && b);
+    CHECK_RC(qs_begin(c), 0);
+    qs_items *it = NULL;
+    CHECK_RC(qs_queue_reserve_many(c, "j", 1, 2, 0, 0, &it), 0);
+    REQUIRE(it && it->count == 2);
+    CHECK(deliveries_of(c, "j", a) == 1);
+    CHECK_RC(qs_queue_ack(c, "j", 1, a, it->token), 0);      /* acked, then undone */
+    CHECK_RC(qs_queue_release(c, "j", 1, b, it->token), 0);  /* released in it */
+    CHECK_RC(qs_abort(c), 0);
+    CHECK(qlen(c, "j") == 2);
+    CHECK(deliveries_of(c, "j", a) == 1 && deliveries_of(c, "j", b) == 1);
+    CHECK_RC(qs_queue_ack(c, "j", 1, a, it->token), QS_NOTRESERVED);
+    qs_items_free(it);
+    it = NULL;
+    CHECK_RC(qs_queue_reserve(c, "j", 1, 0, 0, &it), 0);
+    REQUIRE(it && it->count == 1 && it->ids[0] == a);
+    CHECK(deliveries_of(c, "j", a) == 2);
+    qs_items_free(it);
+    /* a reserve in a transaction that commits counts once, not twice */
+    CHECK_RC(qs_begin(c), 0);
+    it = NULL;
+    CHECK_RC(qs_queue_reserve(c, "j", 1, 0, 0, &it), 0);
+    REQUIRE(it && it->count == 1 && it->ids[0] == b);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(deliveries_of(c, "j", b) == 2);
+    CHECK(qlen(c, "j") == 0);   /* both reserved now */
+    CHECK_RC(qs_queue_ack(c, "j", 1, b, it->token), 0);
+    qs_items_free(it);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    /* and the counts were committed: a reopen sees them */
+    c = open_p(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(deliveries_of(c, "j", a) == 2 && qlen(c, "j") == 1);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+/* A child reserves inside a transaction and is SIGKILLed with it open:
+ * the count its transaction held is written by the next handle that
+ * looks at the queue, which then counts on from it. */
+static int reserve_in_txn_and_hang(void *arg, int report, int release)
+{
+    int rc;
+    qs_casket *c = open_p(arg, QS_OPEN_WRITE, &rc);
+    qs_items *it = NULL;
+    if (rc == 0 && (rc = qs_begin(c)) == 0)
+        rc = qs_queue_reserve(c, "j", 1, 0, 0, &it);
+    char n = rc == 0 ? (char)deliveries_of(c, "j", it->ids[0]) : 0;
+    if (write(report, &n, 1) != 1)
+        _exit(3);
+    char buf;
+    while (read(release, &buf, 1) < 0 && errno == EINTR)
+        ;
+    _exit(0);
+}
+
+static void count_survives_sigkill_in_txn(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 1, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    uint64_t a = qput(c, "j", "a");
+    REQUIRE(a);
+    for (uint32_t k = 1; k <= 2; k++) {
+        tc_child ch;
+        REQUIRE(tc_child_start(&ch, reserve_in_txn_and_hang, t.path) == 0);
+        char got = 0;
+        CHECK(read(ch.report, &got, 1) == 1 && got == (char)(2 * k - 1));
+        CHECK(tc_child_kill(&ch) == 128 + SIGKILL);
+        CHECK(deliveries_of(c, "j", a) == 2 * (k - 1));   /* not yet written */
+        qs_items *it = NULL;
+        /* the dead holder's entry hides the item until a sweep finds it dead */
+        CHECK_RC(qs_queue_reserve(c, "j", 1, 5, 0, &it), 0);
+        REQUIRE(it && it->count == 1 && it->ids[0] == a);
+        CHECK(deliveries_of(c, "j", a) == 2 * k);  /* the dead one's and ours */
+        CHECK_RC(qs_queue_release(c, "j", 1, a, it->token), 0);
+        qs_items_free(it);
+    }
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    c = open_p(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(deliveries_of(c, "j", a) == 4);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(full_dead_letter_queue_holds_the_item);
     RUN(ordered_put_waits_for_room);
+    RUN(count_survives_abort);
+    RUN(count_survives_sigkill_in_txn);
     return tc_summary();
 }

@@ -673,15 +673,19 @@ class Queue(Generic[T]):
     def _get_decoded(self, codec: Codec[T], n: int, timeout: float, op: str) -> list[T]:
         # A payload must decode before its removal is committed, or a bad
         # one is lost.  So the batch is reserved (hidden from everyone,
-        # nothing removed, inside a transaction as outside), decoded, and
-        # acknowledged in one call only when every item decoded; otherwise
-        # released, back at its place, and DecodeError names the first bad
-        # item.  A crash in between ends the reservations: nothing is lost.
+        # nothing removed, inside a transaction as outside; counting no
+        # delivery, as a plain get counts none), decoded, and acknowledged
+        # in one call only when every item decoded; otherwise released,
+        # back at its place, and DecodeError names the first bad item,
+        # which alone counts that delivery, with the error as its reason:
+        # with max_deliveries an item that never decodes goes to the
+        # dead-letter queue instead of failing every get for ever.  A crash
+        # in between ends the reservations: nothing is lost.
         out = _new("qs_items **")
         k = self._key
-        rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, timeout, 0.0, out)
+        rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, timeout, out)
         while rc == _INTR:  # as in _get: the handler ran and did not raise
-            rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, _wait_left(), 0.0, out)
+            rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, _wait_left(), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -694,17 +698,26 @@ class Queue(Generic[T]):
                                        ffi.from_buffer("uint64_t[]", array("Q", ids)), token)
             if rc:
                 self._raise(rc, op)
+        except DecodeError as e:
+            self._release(ids, token, e.id, str(e).encode("utf-8", "replace")[:1024])
+            raise
         except BaseException:
             self._release(ids, token)
             raise
         return objs
 
-    def _release(self, ids: list[int], token: int) -> None:
+    def _release(self, ids: list[int], token: int, bad: int = 0, reason: bytes = b"") -> None:
         # On the way out of a failed take; a release that fails too (the
         # casket was closed meanwhile) is not reported over the first
-        # error: closing the handle ends its reservations anyway.
+        # error: closing the handle ends its reservations anyway.  Item
+        # `bad` (an uncounted reserve's item that did not decode) counts
+        # its delivery.
         for i in ids:
-            lib.qs_queue_release(self._c, self._key, self._klen, i, token)
+            if i == bad:
+                lib.qs_queue_fail_counted(self._c, self._key, self._klen, i, token, reason,
+                                          len(reason))
+            else:
+                lib.qs_queue_release(self._c, self._key, self._klen, i, token)
 
     def _get_one(self, timeout: float) -> T:
         # get()'s own path: one item, no lists, a per-thread out-parameter.

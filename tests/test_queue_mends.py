@@ -6,12 +6,13 @@ delivery; a put with a priority or a delay waits for room like a plain
 one."""
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
 
 import pyqstore
-from _procs import kill_child, recv
+from _procs import recv, start_python
 
 
 # ------------------------------------------------------ full dead-letter queue
@@ -92,3 +93,127 @@ def test_blocked_priority_put_woken_by_consumer_in_other_process(path, kids):
         p.join(10)
     finally:
         c.close()
+
+
+# ------------------------------------------- counts that outlive a transaction
+
+
+def test_count_survives_abort_then_reserve_again(casket):
+    q = casket.queue("a")
+    q.put(b"x")
+    with pytest.raises(RuntimeError):
+        with casket.transaction():
+            it = q.reserve()
+            assert it.deliveries == 1
+            it.ack()
+            raise RuntimeError("abort")
+    assert len(q) == 1
+    it = q.reserve()
+    assert it.deliveries == 2
+    it.release()
+    c = pyqstore.open(casket.path, sync=False)      # committed, not cached
+    try:
+        assert c.queue("a").reserve().deliveries == 3
+    finally:
+        c.close()
+
+
+_HOLD_IN_TXN = r"""
+import sys, time, pyqstore
+c = pyqstore.open(sys.argv[1], sync=True)
+q = c.queue("jobs")
+c.begin()
+it = q.reserve(timeout=10)
+print("reserved", it.deliveries, flush=True)
+time.sleep(60)
+"""
+
+
+def _reserve_in_txn_then_kill(path: str, n: int) -> None:
+    proc = start_python(_HOLD_IN_TXN, path, unbuffered=True)
+    try:
+        line = proc.stdout.readline()
+        assert line == b"reserved %d\n" % n, (line, proc.stderr.read())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_sigkill_inside_a_transaction_keeps_the_count(path):
+    """A process SIGKILLed with a transaction open after a reserve: its
+    count survives; the test's handle, finding the holder dead, writes it,
+    and its own reserve counts on from it."""
+    c = pyqstore.open(path, "n", sync=True)
+    try:
+        q = c.queue("jobs")
+        q.put(b"work")
+        _reserve_in_txn_then_kill(path, 1)
+        it = q.reserve(timeout=10)      # hidden until a sweep finds it dead
+        assert (it.payload, it.deliveries) == (b"work", 2)
+        it.release()
+    finally:
+        c.close()
+    c = pyqstore.open(path, sync=False)
+    try:
+        assert c.queue("jobs").reserve(timeout=0).deliveries == 3
+    finally:
+        c.close()
+
+
+def test_sigkills_inside_transactions_dead_letter(path):
+    """Three holders killed in turn, each inside a transaction (each one
+    takes over the dead one's count before counting its own): the item is
+    dead-lettered with its three deliveries."""
+    c = pyqstore.open(path, "n", sync=True)
+    try:
+        q = c.queue("jobs", max_deliveries=3, dead_letter="dead")
+        q.put(b"work")
+        for n in (1, 2, 3):
+            _reserve_in_txn_then_kill(path, n)
+        dead = c.queue("dead")
+        deadline = time.monotonic() + 10
+        while len(dead) == 0 and time.monotonic() < deadline:
+            with pytest.raises(pyqstore.Empty):
+                q.get(timeout=0.2)      # moves it once the holder is found dead
+        d = dead.reserve(timeout=0)
+        assert (d.payload, d.deliveries) == (b"work", 4)
+        assert len(q) == 0
+    finally:
+        c.close()
+
+
+# ------------------------------------------------------- codec queue gets
+
+
+def test_codec_get_then_reserve_counts_one(casket):
+    """A codec queue's get counts no delivery (a plain get counts none):
+    the get of an aborted transaction leaves the item at count 0."""
+    q = casket.queue("j", codec="json")
+    q.put([1])
+    with pytest.raises(RuntimeError):
+        with casket.transaction():
+            assert q.get() == [1]
+            raise RuntimeError("abort")
+    assert q.reserve().deliveries == 1  # the get counted nothing
+
+
+def test_undecodable_item_counts_and_dead_letters(casket):
+    """An item that does not decode stays at its place, and each get that
+    fails on it counts one delivery with the error as its reason: with
+    max_deliveries it goes to the dead-letter queue; the items behind it
+    are not counted."""
+    q = casket.queue("j", codec="json", max_deliveries=2, dead_letter="dead")
+    raw = casket.queue("j")
+    raw.put(b"\xff not json")
+    q.put({"ok": True})
+    for n in (1, 2):
+        with pytest.raises(pyqstore.DecodeError) as e:
+            q.get_many(2)
+        assert e.value.payload == b"\xff not json"
+        assert len(q) == 2
+    assert q.get() == {"ok": True}      # the bad one moved at this take
+    d = casket.queue("dead").reserve()
+    assert d.payload == b"\xff not json"
+    assert d.deliveries == 3            # two failed gets, and this reserve
+    assert "does not decode" in d.reason
