@@ -1004,8 +1004,11 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wai
         uint32_t len = (uint32_t)vlen;
         bt_vals v = {val, &len, 0};
         uint64_t id = 0;
-        put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
-        rc = wait ? put_wait(q->c, &a, timeout, &id) : put_key(q->c, q->key, q->klen, 1, v, &id);
+        if (wait) {
+            put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
+            rc = put_wait(q->c, &a, timeout, &id);
+        } else
+            rc = put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
         if (rc == 0)
             return (int64_t)id;
