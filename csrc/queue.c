@@ -1369,11 +1369,14 @@ static int seek_value(bt_ctx *bt, qq_queue *q, uint64_t id, bt_path *path, bt_bu
 /* Raises item id's delivery count to count in the writer's view (a count
  * already there or above is left: the transaction that wrote it may have
  * committed after all).  An item that is gone (acknowledged by a holder
- * whose commit did land) has nothing to count. */
+ * whose commit did land, or put by the aborted transaction) has nothing to
+ * count; nor, not yet, one the abort put back in the delayed index (its
+ * transaction moved it out when it fell due): finding it there takes a
+ * scan, and moving due items here would be a change nobody asked for. */
 static int recount(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t id, uint32_t count)
 {
-    uint64_t next_due;
-    int rc = qo_has_delayed(&q->order) ? promote(c, bt, q, qo_now_ns(), &next_due) : 0;
+    (void)c;
+    int rc = 0;
     bt_path path;
     bt_buf v = {0}, nv = {0};
     uint8_t rkey[QO_KEY_MAX];
