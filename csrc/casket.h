@@ -41,6 +41,15 @@ typedef struct cs_layer {
     void (*wake)(qs_casket *c, void *state);
     /* Releases the state (no call is running). */
     void (*free)(qs_casket *c, void *state);
+    /* After an abort whose txn_end asked for it (cs_followup_due): runs in
+     * a transaction of its own, still holding the write lock the aborted
+     * one held, before anyone else can write, with mu held (bt: the
+     * writer's view, the user namespace, as for cs_write).  That
+     * transaction commits (and syncs, with sync on) when every layer's
+     * follow-up returned 0, else it aborts; txn_end runs for it as for any
+     * other.  What must outlive an abort (a queue reserve's delivery
+     * count) is written here. */
+    int (*followup)(qs_casket *c, bt_ctx *bt, void *state);
     /* Whether rc, returned by one of the layer's cs_write functions,
      * refuses the operation without touching anything: such a result does
      * not spoil the transaction it ran in, nor a group commit. */
@@ -92,6 +101,12 @@ void *cs_layer_state(qs_casket *c, const cs_layer *ops);
  * runs before the transaction's next read or write and before commit.
  * Once per batch is enough (it stays due until the flush). */
 void cs_flush_due(qs_casket *c);
+
+/* Called from a layer's txn_end of an abort: the layers' followup runs
+ * once the abort is done.  Returns 1, or 0 when no follow-up will run (the
+ * abort is a follow-up's own: the layer must let go of what it kept for
+ * it). */
+int cs_followup_due(qs_casket *c);
 
 /* Monotonic clock, seconds. */
 double cs_now(void);

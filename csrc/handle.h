@@ -56,6 +56,9 @@ struct qs_casket {
         void *state;
     } layers[CS_LAYERS];
     int nlayers, flush_due;
+    /* a layer's txn_end asked for its follow-up after an abort
+     * (cs_followup_due); in_followup: that follow-up is running */
+    int followup_due, in_followup;
     /* other processes (shm.c): shared is 0 only for compaction's private
      * scratch casket */
     int shared;

@@ -194,6 +194,15 @@ int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t d
     return res_add_as(r, &e);
 }
 
+int qr_add_due(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint32_t count_due)
+{
+    repair_torn(r);
+    qr_res e = {.id = id, .qhash = qhash, .token = token, .reserved_ns = sh_now_ns(),
+                .slot = r->slot, .gen = r->gen, .pid = atomic_load(&r->slots[r->slot].pid),
+                .count_due = count_due ? count_due : 1};
+    return res_add_as(r, &e);
+}
+
 /* Backward-shift deletion of slot i of a linear-probing table. */
 #define SHIFT_DELETE(tab, cap, i, keyfield, home)                                  \
     do {                                                                           \
@@ -336,6 +345,14 @@ static int holder_gone(const sh_region *r, const qr_res *e, uint8_t *dead)
 
 uint64_t qr_expire(sh_region *r, uint64_t qhash, int force)
 {
+    size_t n;
+    return qr_expire_due(r, qhash, force, NULL, 0, &n);
+}
+
+uint64_t qr_expire_due(sh_region *r, uint64_t qhash, int force, qr_res *due, size_t cap,
+                       size_t *ndue)
+{
+    *ndue = 0;
     repair_torn(r);
     uint64_t k = qkey(qhash), md = 0;
     uint64_t n = qr_count(r, k, &md);
@@ -357,7 +374,19 @@ uint64_t qr_expire(sh_region *r, uint64_t qhash, int force)
             i++;
             continue;
         }
-        if ((e->deadline_ns && e->deadline_ns <= now) || (sweep && holder_gone(r, e, dead))) {
+        int gone = sweep && holder_gone(r, e, dead);
+        if (gone && e->count_due && due) {
+            /* its count is ours to make durable (see qr_add_due) */
+            if (*ndue < cap) {
+                e->slot = r->slot;
+                e->gen = r->gen;
+                e->pid = atomic_load(&r->slots[r->slot].pid);
+                due[(*ndue)++] = *e;
+            }
+            i++;
+            continue;
+        }
+        if ((e->deadline_ns && e->deadline_ns <= now) || gone) {
             res_delete_at(r, i);  /* a later entry may move into i */
             dropped++;
             continue;

@@ -26,7 +26,11 @@ typedef struct qr_res {
     uint64_t reserved_ns;       /* CLOCK_MONOTONIC, when qr_add shared it */
     uint32_t slot, gen;         /* the handle that holds it */
     uint32_t pid;               /* the holder's process */
-    uint32_t pad;               /* zero */
+    /* Nonzero: the reserve was made inside the holder's open transaction,
+     * which holds the item's delivery count, count_due, not yet committed
+     * (qr_add_due).  A region of version 4 had zero here (padding): a
+     * process that ignores the field loses only the count. */
+    uint32_t count_due;
 } qr_res;
 
 /* Reservations per queue, for exact lengths without a scan. */
@@ -87,6 +91,15 @@ const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id);
  * (nothing changed).  An entry of (qhash, id) there already is taken over
  * in place, without needing room (a claim). */
 int qr_add(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint64_t deadline_ns);
+/* qr_add of a reserve made inside an open transaction, whose count is
+ * durable only when that transaction commits: the entry carries count_due
+ * (the count the reserve wrote, >= 1) and no lease, and hides the item from
+ * every other handle until the holder commits (qr_add then replaces it
+ * with a plain entry, or qr_del ends it), or, after an abort, has written
+ * the count again in a transaction of its own, or dies (whoever next
+ * expires the queue takes the entry over and writes the count:
+ * qr_expire_due).  QS_FULL as qr_add. */
+int qr_add_due(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint32_t count_due);
 /* Removes the entry of item id of queue qhash if there is one. */
 void qr_del(sh_region *r, uint64_t qhash, uint64_t id);
 /* Room for n more entries. */
@@ -96,6 +109,12 @@ uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
 /* Drops the queue's entries whose lease ended and those of handles that are
  * gone (checked at most every 100 ms unless force); returns how many. */
 uint64_t qr_expire(sh_region *r, uint64_t qhash, int force);
+/* qr_expire that takes over, instead of dropping, the entries with a
+ * count_due whose holder is gone: up to cap of them become this handle's
+ * (count_due kept) and are copied to due, *ndue how many; the rest wait
+ * for a later sweep, still hiding their items.  qr_expire drops them. */
+uint64_t qr_expire_due(sh_region *r, uint64_t qhash, int force, qr_res *due, size_t cap,
+                       size_t *ndue);
 /* Drops every entry held by our slot (closing) and wakes the readers of
  * each queue that lost one. */
 void qr_drop_mine(sh_region *r);

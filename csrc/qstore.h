@@ -748,6 +748,16 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
  * @fail   nothing put. */
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout);
 
+/* qs_queue_put_wait of an item with a delay (seconds, 0: none) and a
+ * priority (0..9), as qs_queue_put_order stores them: it waits for room in
+ * a full bounded queue the same way, asleep on the same word.
+ * @return the id, or what qs_queue_put_wait returns; QS_INVAL also for a
+ *         delay negative, NaN or infinite, or a priority outside 0..9
+ *         (found before q's casket is looked at)
+ * @fail   nothing put. */
+int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, double delay,
+                                int priority, double timeout);
+
 /* Appends n items in one call and one transaction (or as part of the
  * caller's): the payloads are concatenated in vals (vals_len bytes), item i
  * being the lens[i] bytes after item i-1.  Their ids are *first_id,
@@ -865,6 +875,19 @@ int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout
 int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max,
                           double timeout, double lease, qs_items **out);
 
+/* qs_queue_reserve_many without a lease that counts no delivery: for a
+ * binding that must look at the payloads before they are consumed (a
+ * codec queue's get decodes them, then acknowledges them with
+ * qs_queue_ack_many at once), so such a get is no delivery, as a plain
+ * qs_queue_get is none.  An item at its queue's max_deliveries is moved to
+ * the dead-letter queue as a get moves it.  A payload the binding cannot
+ * use is given back with qs_queue_fail_counted (it counts that one
+ * delivery) or qs_queue_release (it counts none).
+ * @return as qs_queue_reserve_many
+ * @fail   as qs_queue_reserve_many. */
+int qs_queue_reserve_uncounted(qs_casket *c, const void *name, size_t nlen, size_t max,
+                               double timeout, qs_items **out);
+
 /* Acknowledges a reserved item: removes it from the queue (as part of the
  * caller's transaction, if any; an abort leaves it reserved).
  * @return 0, or QS_NOTRESERVED (no reservation of id under token: nothing
@@ -959,8 +982,9 @@ int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, doub
  * once), priority 0..9.  A priority or delayed item is stored in its own
  * run of records, so this is slower than qs_queue_put_many by a seek.
  * @return 0, or QS_INVAL (as qs_queue_put_many; delay negative, NaN or
- *         infinite; priority outside 0..9), QS_TOOBIG, HANDLE, WRITE,
- *         STORAGE
+ *         infinite; priority outside 0..9), QS_TOOBIG, QS_QFULL (a bounded
+ *         queue without room for all n: a refusal, it never waits; one item
+ *         may wait with qs_queue_put_order_wait), HANDLE, WRITE, STORAGE
  * @fail   *first_id untouched; no item added; inside a transaction the
  *         QS_INVAL and QS_TOOBIG refusals leave it as it was. */
 int qs_queue_put_order(qs_casket *c, const void *name, size_t nlen, size_t n,
@@ -1172,12 +1196,24 @@ int qs_queue_wait_room(qs_casket *c, const void *name, size_t nlen, uint64_t n,
  * it hands out, in the item's record: outside a transaction the count is
  * part of the reserve's own commit, so it is durable when the reserve
  * returns (with sync on) and a crash or a killed holder after it keeps it.
- * Inside a transaction it is part of that transaction (an abort undoes the
- * count with the reserve).  A queue whose config (below) has
+ * Inside a transaction the count is not part of it: the transaction holds
+ * it until it commits, and an abort (qs_abort, a failed commit, a closed
+ * handle or ended thread abandoning it) undoes the reserve but writes the
+ * count again in a commit of its own before the write lock goes; a process
+ * killed with the transaction open leaves the count in the shared region,
+ * where the next handle that looks at the queue finds it with the dead
+ * holder's reservation and writes it (the item stays hidden until then).
+ * Not kept: the count of a killed process that was the casket's last
+ * handle (the next open rebuilds the region) or of a power cut before the
+ * transaction committed.  A queue whose config (below) has
  * max_deliveries N moves an item that was reserved N times to its
  * dead-letter queue, with its id, count and last reason, instead of handing
  * it out again: the take (get or reserve) that reaches it moves it, in the
- * same commit.  The dead-letter queue's maxsize does not stop the move. */
+ * same commit.  A bounded dead-letter queue is never overfilled: while it
+ * holds maxsize items, the spent item stays where it is (in its queue's
+ * length, handed to nobody; the take goes on past it), and the first take
+ * that reaches it once the dead-letter queue has room moves it.  The check
+ * and the move are one write, so no two takers overfill it. */
 
 /* qs_queue_release that also records why the holder failed the item
  * (reason, up to QD_MAX_REASON = 1024 bytes; rlen 0: an empty reason), kept
@@ -1190,6 +1226,17 @@ int qs_queue_wait_room(qs_casket *c, const void *name, size_t nlen, uint64_t n,
  * @fail   nothing released, no reason stored. */
 int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
                   const void *reason, size_t rlen);
+
+/* qs_queue_fail that also counts one delivery of the item: for an item
+ * qs_queue_reserve_uncounted handed out that could not be used (its payload
+ * does not decode), so that a queue with max_deliveries moves an item that
+ * never decodes to its dead-letter queue instead of handing it out for
+ * ever.  Inside a transaction the count outlives an abort as a reserve's
+ * does ("deliveries" above).
+ * @return as qs_queue_fail
+ * @fail   as qs_queue_fail (nothing counted). */
+int qs_queue_fail_counted(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                          uint64_t token, const void *reason, size_t rlen);
 
 /* Item id of queue name in the caller's view (plain, priority or delayed:
  * a priority or delayed item is looked for in its run or the delayed index

@@ -53,6 +53,16 @@ static const uint8_t INLINE_PREFIX[1] = {TAG_INLINE};
 #define M_CLAIMED 4u    /* claimed in the open transaction from the holder
                            of its shared entry, which becomes ours at
                            commit (counted like a shared reservation) */
+#define M_EARLY 8u      /* with M_NEW: its shared entry, carrying the count
+                           the open transaction wrote, is there already
+                           (qr_add_due); commit replaces it */
+
+/* A delivery count the open transaction wrote that must outlive it: its
+ * item has an entry with count_due in the shared region (qr_add_due). */
+typedef struct qq_due {
+    uint64_t id;
+    uint32_t count;
+} qq_due;
 
 typedef struct qq_mark {
     uint64_t id, token;
@@ -76,6 +86,11 @@ typedef struct qq_queue {
     qk_state keys;              /* its items with dedup keys */
     int64_t dlen;               /* the open transaction's change to it */
     uint32_t nacked;            /* marks flagged M_ACKED */
+    uint32_t nearly;            /* marks flagged M_EARLY, not M_ACKED */
+    qq_due *due;                /* counts to make durable, sorted by id */
+    size_t ndue, duecap;
+    struct qq_queue *rnext;     /* in the registry's recount list */
+    int recount;
     qq_mark *m;                 /* reservations, sorted by id */
     size_t nm, mcap;
     double min_deadline;        /* earliest lease end, INFINITY if none */
@@ -91,6 +106,8 @@ typedef struct qq_registry {
     qq_queue **tab;
     size_t cap, n;
     qq_queue *touched;
+    qq_queue *recount;          /* queues whose counts an abort undid: the
+                                   follow-up writes them again */
     uint64_t next_token;
     uint64_t mods;              /* bumped by every change to the queue tree */
     uint64_t epoch;             /* bumped when other handles committed */
@@ -106,6 +123,7 @@ static void queue_free(qq_queue *q)
     qc_clear(&q->conf);
     free(q->key);
     free(q->m);
+    free(q->due);
     free(q);
 }
 
@@ -168,7 +186,7 @@ static int registry_grow(qq_registry *r)
  * transaction. */
 static int idle(const qq_queue *q)
 {
-    return !q->nm && !q->touched && !q->clen && !q->dlen;
+    return !q->nm && !q->touched && !q->clen && !q->dlen && !q->ndue;
 }
 
 /* Drops idle entries, so a handle that asks about many short-lived names
@@ -279,16 +297,17 @@ static int lookup(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **ou
     return 0;
 }
 
-static void expire(qs_casket *c, qq_queue *q);
+static int expire(qs_casket *c, qq_queue *q);
 
 /* lookup, then end the reservations whose lease ran out (and, holding the
  * write lock, the shared ones whose lease ran out or whose holder is
- * gone). */
+ * gone, taking over the delivery counts a dead holder's transaction did
+ * not commit). */
 static int lookup_live(qs_casket *c, const uint8_t *key, uint32_t klen, qq_queue **out)
 {
     int rc = lookup(c, key, klen, out);
     if (rc == 0)
-        expire(c, *out);
+        rc = expire(c, *out);
     return rc;
 }
 
@@ -360,6 +379,7 @@ static int mark_add(qq_queue *q, uint64_t id, uint64_t token, double deadline, u
     memmove(q->m + i + 1, q->m + i, (q->nm - i) * sizeof *q->m);
     q->m[i] = (qq_mark){id, token, deadline, flags};
     q->nm++;
+    q->nearly += (flags & M_EARLY) != 0;
     if (deadline < q->min_deadline)
         q->min_deadline = deadline;
     return 0;
@@ -369,6 +389,8 @@ static void mark_remove(qq_queue *q, size_t i)
 {
     if (q->m[i].flags & M_ACKED)
         q->nacked--;
+    else if (q->m[i].flags & M_EARLY)
+        q->nearly--;
     memmove(q->m + i, q->m + i + 1, (q->nm - i - 1) * sizeof *q->m);
     q->nm--;
 }
@@ -381,24 +403,36 @@ static void recompute_deadline(qq_queue *q)
             q->min_deadline = q->m[i].deadline;
 }
 
+static int adopt(qs_casket *c, qq_queue *q, const qr_res *due, size_t n);
+
 /* Ends reservations whose lease ran out (not those acknowledged in the open
  * transaction: their item is already gone in the writer's view). */
-static void expire(qs_casket *c, qq_queue *q)
+static int expire(qs_casket *c, qq_queue *q)
 {
-    if (cs_owns(c) && qr_expire(cs_region(c), q->hash, 0))
-        wake(c, q);
+    if (cs_owns(c)) {
+        qr_res due[16];
+        size_t ndue;
+        if (qr_expire_due(cs_region(c), q->hash, 0, due, 16, &ndue))
+            wake(c, q);
+        int rc = ndue ? adopt(c, q, due, ndue) : 0;
+        if (rc)
+            return rc;
+    }
     if (isinf(q->min_deadline))
-        return;     /* no lease of ours runs (the usual case: skip the clock) */
+        return 0;   /* no lease of ours runs (the usual case: skip the clock) */
     double now = cs_now();
     if (q->min_deadline > now)
-        return;
+        return 0;
     size_t w = 0;
     for (size_t i = 0; i < q->nm; i++)
         if ((q->m[i].flags & M_ACKED) || q->m[i].deadline > now)
             q->m[w++] = q->m[i];
+        else if (q->m[i].flags & M_EARLY)
+            q->nearly--;
     q->nm = w;
     recompute_deadline(q);
     wake(c, q);
+    return 0;
 }
 
 /* Reservations the open transaction will add to the shared table at
@@ -410,7 +444,7 @@ static size_t txn_new_marks(const qq_registry *r)
 {
     size_t n = 0;
     for (const qq_queue *q = r->touched; q; q = q->tnext)
-        n += q->nm - q->nacked;
+        n += q->nm - q->nacked - q->nearly;
     return n;
 }
 
@@ -440,7 +474,10 @@ static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t to
 {
     const sh_region *sh = cs_region(c);
     const qr_res *e = qr_find(sh, q->hash, id);
-    if (!e || !qr_mine(sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1))
+    /* (an entry with a count due is the open transaction's: its marks
+     * tell whether it is still reserved) */
+    if (!e || !qr_mine(sh, e) || e->token != token || e->qhash != (q->hash ? q->hash : 1) ||
+        e->count_due)
         return QS_NOTRESERVED;
     size_t i = mark_lower(q, id);
     if (i < q->nm && q->m[i].id == id)
@@ -449,7 +486,8 @@ static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t to
 }
 
 /* Whether id is hidden from takers: reserved by anyone (committed), or by
- * the open transaction. */
+ * the open transaction.  An entry of ours with a count due hides the item
+ * from everyone else; from us, only while a mark says it is reserved. */
 static int hidden(const sh_region *sh, const qq_queue *q, uint64_t id)
 {
     if (q->nm) {
@@ -457,7 +495,8 @@ static int hidden(const sh_region *sh, const qq_queue *q, uint64_t id)
         if (i < q->nm && q->m[i].id == id)
             return 1;
     }
-    return qr_find(sh, q->hash, id) != NULL;
+    const qr_res *e = qr_find(sh, q->hash, id);
+    return e && !(e->count_due && qr_mine(sh, e));
 }
 
 /* Items available to get in a view: the tree's items minus the committed
@@ -475,9 +514,43 @@ static uint64_t available(qs_casket *c, const qq_queue *q, int wview)
             made += (f & M_NEW) && !(f & M_ACKED);
             acked_shared += (f & M_ACKED) && !(f & M_NEW);
         }
-        n += q->dlen + acked_shared - made;
+        /* entries with a count due are the transaction's, counted by
+         * shared: their marks say what they are */
+        n += q->dlen + acked_shared - made + (int64_t)q->ndue;
     }
     return n > 0 ? (uint64_t)n : 0;
+}
+
+/* Drops the due entries of q from the shared table (those a commit did not
+ * turn into plain reservations) and forgets them. */
+static void due_drop(qs_casket *c, qq_queue *q)
+{
+    sh_region *sh = cs_region(c);
+    for (size_t i = 0; i < q->ndue; i++) {
+        const qr_res *e = qr_find(sh, q->hash, q->due[i].id);
+        if (e && e->count_due && qr_mine(sh, e))
+            qr_del(sh, q->hash, q->due[i].id);
+    }
+    q->ndue = 0;
+}
+
+/* The end of the transaction that holds q's due counts: committed, they
+ * are durable; aborted, they go to the follow-up (run_followup, txn.c),
+ * which writes them again in a transaction of its own before the write
+ * lock goes -- unless this is the follow-up's own abort (an I/O error:
+ * the counts are lost with it, as the rest of a failed commit is). */
+static void due_end(qs_casket *c, qq_queue *q, int committed)
+{
+    if (!committed && cs_followup_due(c)) {
+        if (!q->recount) {
+            q->recount = 1;
+            q->rnext = q->reg->recount;
+            q->reg->recount = q;
+        }
+        return;
+    }
+    due_drop(c, q);
+    wake(c, q);     /* the items are free for everyone now */
 }
 
 static void qq_txn_end(qs_casket *c, void *state, int committed)
@@ -490,7 +563,7 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         int back = 0;
         for (size_t i = 0; i < q->nm; i++) {
             qq_mark *m = &q->m[i];
-            if (committed && (m->flags == M_NEW || m->flags == M_CLAIMED)) {
+            if (committed && ((m->flags & ~M_EARLY) == M_NEW || m->flags == M_CLAIMED)) {
                 /* room was checked when it was made (see take_fn); a
                  * claimed entry is taken over in place */
                 uint64_t dl = isinf(m->deadline) ? 0 : (uint64_t)(m->deadline * 1e9);
@@ -502,6 +575,9 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         }
         q->nm = 0;
         q->nacked = 0;
+        q->nearly = 0;
+        if (q->ndue)
+            due_end(c, q, committed);
         if (committed)
             q->clen = (uint64_t)((int64_t)q->clen + q->dlen);
         qo_txn_end(&q->order, committed);
@@ -529,8 +605,11 @@ static int qq_refused(int rc)
            rc == QS_NOTFOUND || rc == QS_QFULL || rc == QS_QBOUND;
 }
 
+static int qq_followup(qs_casket *c, bt_ctx *ubt, void *state);
+
 static const cs_layer qq_layer = {
     .txn_end = qq_txn_end,
+    .followup = qq_followup,
     .refresh = qq_refresh,
     .invalidate = qq_invalidate,
     .close = qq_close,
@@ -1075,16 +1154,17 @@ static _Thread_local double wait_left;
 /* The put of qs_queue_put_wait: waits for room in a bounded queue asleep
  * on its wake-up word, which a commit that consumed items of a bounded
  * queue moves (take_wait's scheme, turned around). */
-static int put_wait(qs_casket *c, const uint8_t *key, uint32_t klen, bt_vals v, double timeout,
-                    uint64_t *id)
+static int put_wait(qs_casket *c, put_args *a, double timeout, uint64_t *id)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
-    uint64_t hash = hash_bytes(key, klen);
+    uint64_t hash = hash_bytes(a->key, a->klen);
     for (;;) {
         /* read before the look: a commit after it moves the word */
         uint32_t word = qr_wait_word(cs_region(c), hash);
-        int rc = put_key(c, key, klen, 1, v, id);
+        int rc = cs_write(c, put_fn, a);
+        if (rc == 0)
+            *id = a->first_id;
         if (rc != QS_QFULL || nowait)
             return rc;
         double now = cs_now();
@@ -1101,8 +1181,10 @@ static int put_wait(qs_casket *c, const uint8_t *key, uint32_t klen, bt_vals v, 
 }
 
 /* One put on q, as qs_queue_put_id returns it; wait: qs_queue_put_wait's
- * waiting for room (a branch, so the plain put pays nothing for it). */
-static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout)
+ * waiting for room (a branch, so the plain put pays nothing for it), with
+ * the priority and delay of qs_queue_put_order_wait (checked by it). */
+static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout,
+                              double delay, int priority)
 {
     if (!q || (!val && vlen) || isnan(timeout))
         return QS_INVAL;
@@ -1113,8 +1195,11 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wai
         uint32_t len = (uint32_t)vlen;
         bt_vals v = {val, &len, 0};
         uint64_t id = 0;
-        rc = wait ? put_wait(q->c, q->key, q->klen, v, timeout, &id)
-                  : put_key(q->c, q->key, q->klen, 1, v, &id);
+        if (wait) {
+            put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
+            rc = put_wait(q->c, &a, timeout, &id);
+        } else
+            rc = put_key(q->c, q->key, q->klen, 1, v, &id);
         cs_leave_call(q->c);
         if (rc == 0)
             return (int64_t)id;
@@ -1133,12 +1218,20 @@ int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash)
 
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
 {
-    return put_one(q, val, vlen, 0, 0);
+    return put_one(q, val, vlen, 0, 0, 0, 0);
 }
 
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout)
 {
-    return put_one(q, val, vlen, 1, timeout);
+    return put_one(q, val, vlen, 1, timeout, 0, 0);
+}
+
+int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, double delay,
+                                int priority, double timeout)
+{
+    if (check_order(delay, priority))
+        return QS_INVAL;
+    return put_one(q, val, vlen, 1, timeout, delay, priority);
 }
 
 /* ---- config ---------------------------------------------------------------- */
@@ -1311,6 +1404,7 @@ typedef struct take_args {
     uint32_t klen;
     size_t max;
     int reserve;            /* reserve instead of removing */
+    int uncounted;          /* a reserve that counts no delivery */
     double lease;
     outbuf out;
     uint64_t token;
@@ -1360,7 +1454,9 @@ static int remove_item(bt_ctx *bt, qq_queue *q, bt_path *path, uint64_t id, int 
 
 /* Moves item (q, id), at path in q's run `run`, whose value v is, to q's
  * dead-letter queue's plain run, keeping its id and its value (delivery
- * count and reason; not its priority). */
+ * count and reason; not its priority).  QS_QFULL, with nothing changed,
+ * when the dead-letter queue is bounded and full: the item then stays
+ * where it is, undelivered, until a take finds room there. */
 static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *path,
                        uint64_t id, const uint8_t *v, size_t len)
 {
@@ -1369,6 +1465,8 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
     int rc = make_key(q->conf.dl, q->conf.dllen, dkey);
     if (rc == 0)
         rc = lookup(c, dkey, q->conf.dllen + 1, &d);
+    if (rc == 0 && d->conf.maxsize && !has_room(d, 1))
+        return QS_QFULL;
     if (rc == 0)
         rc = bt_delete(bt, path);
     if (rc)
@@ -1397,27 +1495,142 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
 }
 
 /* The delivery an item's take is: an item reserved max_deliveries times
- * goes to the dead-letter queue instead (*moved 1); a reserve counts one
+ * goes to the dead-letter queue instead (*moved 1), or stays where it is,
+ * not handed out, while that queue is full (*moved 2); a reserve counts one
  * more delivery in the item's record (the path is then not valid).  v is
  * the item's value as read. */
 static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_path *path,
-                   uint64_t id, int reserve, const uint8_t *v, size_t len, int *moved)
+                   uint64_t id, int reserve, const uint8_t *v, size_t len, int *moved,
+                   uint32_t *count)
 {
     qd_info d;
     int rc = qd_parse(v, len, &d);
     *moved = 0;
+    *count = d.count;
     if (rc)
         return rc;
     if (q->conf.max_deliveries && d.count >= q->conf.max_deliveries) {
-        *moved = 1;
-        return dead_letter(c, bt, q, run->run, path, id, v, len);
+        rc = dead_letter(c, bt, q, run->run, path, id, v, len);
+        *moved = rc == QS_QFULL ? 2 : 1;
+        return rc == QS_QFULL ? 0 : rc;
     }
     if (!reserve)
         return 0;
     bt_buf nv = {0};
-    if ((rc = qd_build(&nv, v, len, d.count == UINT32_MAX ? d.count : d.count + 1, NULL, 0)) == 0)
+    *count = d.count == UINT32_MAX ? d.count : d.count + 1;
+    if ((rc = qd_build(&nv, v, len, *count, NULL, 0)) == 0)
         rc = rewrite_item(bt, run->key, run->klen, path, id, &nv);
     free(nv.data);
+    return rc;
+}
+
+/* Remembers, in q's due list and in the shared table, that the open
+ * transaction wrote count for item id, reserved under token (or, token 0,
+ * taken over from a dead holder). */
+static int due_note(qs_casket *c, qq_queue *q, uint64_t id, uint64_t token, uint32_t count)
+{
+    size_t lo = 0, hi = q->ndue;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (q->due[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int there = lo < q->ndue && q->due[lo].id == id;
+    if (!there && q->ndue == q->duecap) {
+        size_t ncap = q->duecap ? q->duecap * 2 : 8;
+        qq_due *nd = realloc(q->due, ncap * sizeof *nd);
+        if (!nd)
+            return QS_NOMEM;
+        q->due = nd;
+        q->duecap = ncap;
+    }
+    if (token) {
+        int rc = qr_add_due(cs_region(c), id, q->hash, token, count);
+        if (rc)
+            return rc;
+    }
+    if (!there) {
+        memmove(q->due + lo + 1, q->due + lo, (q->ndue - lo) * sizeof *q->due);
+        q->ndue++;
+    }
+    q->due[lo] = (qq_due){id, count};
+    touch(c, q);
+    return 0;
+}
+
+/* Positions path on item id of q, whatever run holds it, and reads its
+ * value into v; *run, *rkey and *rklen get the run.  QS_CORRUPT when no
+ * run holds it. */
+static int seek_value(bt_ctx *bt, qq_queue *q, uint64_t id, bt_path *path, bt_buf *v,
+                      uint8_t *rkey, uint32_t *rklen)
+{
+    int run = QO_MAIN;
+    int rc = qo_has_prio(&q->order) ? qo_seek_item(bt, q->key, q->klen, &q->order, id, path, &run)
+                                    : seek_exact(bt, q->key, q->klen, id, path);
+    *rklen = qo_run_key(q->key, q->klen, run, rkey);
+    return rc ? rc : bt_read(bt, path, NULL, v, 0, NULL);
+}
+
+/* Raises item id's delivery count to count in the writer's view (a count
+ * already there or above is left: the transaction that wrote it may have
+ * committed after all).  An item that is gone (acknowledged by a holder
+ * whose commit did land, or put by the aborted transaction) has nothing to
+ * count; nor, not yet, one the abort put back in the delayed index (its
+ * transaction moved it out when it fell due): finding it there takes a
+ * scan, and moving due items here would be a change nobody asked for. */
+static int recount(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t id, uint32_t count)
+{
+    (void)c;
+    int rc = 0;
+    bt_path path;
+    bt_buf v = {0}, nv = {0};
+    uint8_t rkey[QO_KEY_MAX];
+    uint32_t rklen;
+    if (rc == 0 && (rc = seek_value(bt, q, id, &path, &v, rkey, &rklen)) == QS_CORRUPT) {
+        free(v.data);
+        return 0;
+    }
+    qd_info d;
+    if (rc == 0 && (rc = qd_parse(v.data, v.len, &d)) == 0 && d.count < count &&
+        (rc = qd_build(&nv, v.data, v.len, count, NULL, 0)) == 0)
+        rc = rewrite_item(bt, rkey, rklen, &path, id, &nv);
+    free(v.data);
+    free(nv.data);
+    return rc;
+}
+
+/* The entries with a count due that a dead holder left (qr_expire_due made
+ * them ours): their counts are written in the open transaction and kept
+ * due until it ends, as if it had made those reserves. */
+static int adopt(qs_casket *c, qq_queue *q, const qr_res *due, size_t n)
+{
+    bt_ctx bt = {cs_pager(c), 1, NS_QUEUE};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if ((rc = recount(c, &bt, q, due[i].id, due[i].count_due)) == 0)
+            rc = due_note(c, q, due[i].id, 0, due[i].count_due);
+    return rc;
+}
+
+/* The queue layer's follow-up of an abort (cs_layer.followup): the counts
+ * the aborted transaction held are written again, in this transaction,
+ * whose commit makes them durable (and ends their entries, qq_txn_end). */
+static int qq_followup(qs_casket *c, bt_ctx *ubt, void *state)
+{
+    qq_registry *r = state;
+    bt_ctx bt = queue_ctx(ubt);
+    int rc = 0;
+    for (qq_queue *q = r->recount, *nx; q; q = nx) {
+        nx = q->rnext;
+        q->rnext = NULL;
+        q->recount = 0;
+        touch(c, q);
+        for (size_t i = 0; i < q->ndue && rc == 0; i++)
+            rc = recount(c, &bt, q, q->due[i].id, q->due[i].count);
+    }
+    r->recount = NULL;
     return rc;
 }
 
@@ -1489,13 +1702,14 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             kept = 1;
             continue;
         }
+        uint32_t count = 0;
         if (a->reserve || q->conf.max_deliveries) {
             int moved;
-            if ((rc = deliver(c, &bt, q, &run, &path, id, a->reserve, a->out.data.data + at,
-                              a->out.data.len - at, &moved)) != 0)
+            if ((rc = deliver(c, &bt, q, &run, &path, id, a->reserve && !a->uncounted,
+                              a->out.data.data + at, a->out.data.len - at, &moved, &count)) != 0)
                 break;
             if (moved) {
-                a->moved++;
+                a->moved += moved == 1;
                 a->out.data.len = at;
                 from = id + 1;
                 kept = 0;
@@ -1510,7 +1724,13 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             if (!a->token)
                 a->token = ++q->reg->next_token;
             double deadline = a->lease > 0 ? cs_now() + a->lease : INFINITY;
-            if ((rc = mark_add(q, id, a->token, deadline, M_NEW)) != 0)
+            /* Inside the caller's transaction the count it wrote must
+             * outlive an abort and the caller's death: its entry goes to
+             * the shared table now, with the count (qr_add_due). */
+            int early = !a->uncounted && cs_in_txn(c);
+            if (early && (rc = due_note(c, q, id, a->token, count)) != 0)
+                break;
+            if ((rc = mark_add(q, id, a->token, deadline, early ? M_NEW | M_EARLY : M_NEW)) != 0)
                 break;
             kept = 0;
             any = 1;
@@ -1616,7 +1836,7 @@ static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, doubl
 }
 
 static int do_reserve(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
-                      double lease, qs_items **out)
+                      double lease, int uncounted, qs_items **out)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     if (!out)
@@ -1630,7 +1850,8 @@ static int do_reserve(qs_casket *c, const void *name, size_t nlen, size_t max, d
     qs_items *it = calloc(1, sizeof *it);
     if (!it)
         return QS_NOMEM;
-    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max, .reserve = 1, .lease = lease};
+    take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max, .reserve = 1,
+                   .uncounted = uncounted, .lease = lease};
     rc = take_wait(c, &a, timeout);
     if (rc) {
         free(it);
@@ -1954,6 +2175,7 @@ typedef struct fail_args {
     ack_args rel;
     const uint8_t *reason;
     uint32_t rlen;
+    int count;              /* counts one delivery too */
 } fail_args;
 
 /* A release that records the holder's reason in the item's delivery
@@ -1974,27 +2196,35 @@ static int fail_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         return rc;
     bt_path path;
     bt_buf v = {0}, nv = {0};
-    int run = QO_MAIN;
     uint8_t rkey[QO_KEY_MAX];
-    rc = qo_has_prio(&q->order)
-             ? qo_seek_item(&bt, q->key, q->klen, &q->order, a->rel.id, &path, &run)
-             : seek_exact(&bt, q->key, q->klen, a->rel.id, &path);
-    uint32_t rklen = qo_run_key(q->key, q->klen, run, rkey);
-    if (rc == 0 && (rc = bt_read(&bt, &path, NULL, &v, 0, NULL)) == 0) {
+    uint32_t rklen, due = 0;
+    if ((rc = seek_value(&bt, q, a->rel.id, &path, &v, rkey, &rklen)) == 0) {
         qd_info d;
-        if ((rc = qd_parse(v.data, v.len, &d)) == 0 &&
-            (rc = qd_build(&nv, v.data, v.len, d.count, a->reason ? a->reason : (const uint8_t *)"",
-                           a->rlen)) == 0)
+        uint32_t n = 0;
+        if ((rc = qd_parse(v.data, v.len, &d)) == 0) {
+            n = a->count && d.count < UINT32_MAX ? d.count + 1 : d.count;
+            rc = qd_build(&nv, v.data, v.len, n, a->reason ? a->reason : (const uint8_t *)"",
+                          a->rlen);
+        }
+        if (rc == 0)
             rc = rewrite_item(&bt, rkey, rklen, &path, a->rel.id, &nv);
         touch(c, q);
+        if (rc == 0 && a->count)
+            due = n;
     }
     free(v.data);
     free(nv.data);
-    return rc ? rc : release_fn(c, ubt, &a->rel);
+    if (rc == 0)
+        rc = release_fn(c, ubt, &a->rel);
+    /* a count inside a transaction outlives it, as a reserve's does (the
+     * item's entry, if it had one, went with the release) */
+    if (rc == 0 && due && cs_in_txn(c))
+        rc = due_note(c, q, a->rel.id, a->rel.token, due);
+    return rc;
 }
 
 static int do_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token,
-                   const void *reason, size_t rlen)
+                   const void *reason, size_t rlen, int count)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     int rc = make_key(name, nlen, key);
@@ -2002,7 +2232,7 @@ static int do_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uin
         rc = QS_INVAL;
     if (rc)
         return rc;
-    fail_args a = {{key, (uint32_t)nlen + 1, id, token, 0}, reason, (uint32_t)rlen};
+    fail_args a = {{key, (uint32_t)nlen + 1, id, token, 0, 0}, reason, (uint32_t)rlen, count};
     return cs_write(c, fail_fn, &a);
 }
 
@@ -2156,9 +2386,12 @@ static int list_entries(const sh_region *sh, uint64_t qhash, qr_res **out, size_
             continue;
         }
         qsort(e, got, sizeof *e, res_by_id);
-        size_t w = 0;           /* a torn copy may hold an entry twice */
+        /* A torn copy may hold an entry twice.  An entry with a count due
+         * is an open (or dead) transaction's reserve, not a committed
+         * reservation: neither listed nor claimed. */
+        size_t w = 0;
         for (size_t i = 0; i < got; i++)
-            if (w == 0 || e[w - 1].id != e[i].id)
+            if (!e[i].count_due && (w == 0 || e[w - 1].id != e[i].id))
                 e[w++] = e[i];
         *out = e;
         *n = w;
@@ -2550,14 +2783,21 @@ int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout
                      qs_items **out)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, 1, timeout, lease, out));
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, 1, timeout, lease, 0, out));
 }
 
 int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
                           double lease, qs_items **out)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, lease, out));
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, lease, 0, out));
+}
+
+int qs_queue_reserve_uncounted(qs_casket *c, const void *name, size_t nlen, size_t max,
+                               double timeout, qs_items **out)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, 0, 1, out));
 }
 
 int qs_queue_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint64_t token)
@@ -2636,7 +2876,14 @@ int qs_queue_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
                   const void *reason, size_t rlen)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_fail(c, name, nlen, id, token, reason, rlen));
+    return rc ? rc : cs_return(c, do_fail(c, name, nlen, id, token, reason, rlen, 0));
+}
+
+int qs_queue_fail_counted(qs_casket *c, const void *name, size_t nlen, uint64_t id,
+                          uint64_t token, const void *reason, size_t rlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_fail(c, name, nlen, id, token, reason, rlen, 1));
 }
 
 int qs_queue_item_info(qs_casket *c, const void *name, size_t nlen, uint64_t id,

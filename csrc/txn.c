@@ -403,6 +403,8 @@ static void writer_release(qs_casket *c)
     pthread_mutex_unlock(&c->wmu);
 }
 
+static void run_followup(qs_casket *c);
+
 void tx_abort_locked(qs_casket *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -410,6 +412,53 @@ void tx_abort_locked(qs_casket *c)
     layers_txn_end(c, 0);
     c->version++;
     pthread_mutex_unlock(&c->mu);
+    if (c->followup_due)
+        run_followup(c);
+}
+
+int cs_followup_due(qs_casket *c)
+{
+    if (c->in_followup)
+        return 0;
+    c->followup_due = 1;
+    return 1;
+}
+
+static int commit_locked(qs_casket *c, uint64_t *sync_lsn);
+
+/* The layers' follow-up of an abort (cs_layer.followup), holding the write
+ * lock: its own transaction, committed and synced before the lock goes.
+ * Its failure is not the aborting caller's: a layer's txn_end learns of it
+ * (cs_followup_due returns 0 in the follow-up's own abort). */
+static void run_followup(qs_casket *c)
+{
+    c->followup_due = 0;
+    c->in_followup = 1;
+    int rc = tx_heal(c);
+    if (rc) {
+        pthread_mutex_lock(&c->mu);
+        layers_txn_end(c, 0);
+        pthread_mutex_unlock(&c->mu);
+        c->in_followup = 0;
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    pg_begin(&c->pg);
+    bt_ctx bt = {&c->pg, 1, NS_USER};
+    for (int i = 0; i < c->nlayers && rc == 0; i++)
+        if (c->layers[i].ops->followup)
+            rc = c->layers[i].ops->followup(c, &bt, c->layers[i].state);
+    c->version++;
+    int trc = pg_trim(&c->pg, 1);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = trc;
+    uint64_t lsn = 0;
+    if (rc)
+        tx_abort_locked(c);
+    else if (commit_locked(c, &lsn) == 0 && lsn)
+        tx_group_sync(c, lsn);
+    c->in_followup = 0;
 }
 
 /* Waits until the log is durable up to lsn; one waiter syncs for all. */
@@ -521,6 +570,15 @@ int tx_heal(qs_casket *c)
  * syncing (sync off, nothing written, or a checkpoint already synced it). */
 int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
 {
+    int rc = commit_locked(c, sync_lsn);
+    tx_writer_leave(c);
+    return rc;
+}
+
+/* tx_commit_release without letting go of the write lock (on failure the
+ * transaction is aborted, the lock still held). */
+static int commit_locked(qs_casket *c, uint64_t *sync_lsn)
+{
     int wrote = 0, sync = atomic_load(&c->sync);
     *sync_lsn = 0;
     pthread_mutex_lock(&c->mu);
@@ -538,7 +596,6 @@ int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
         rc = pg_commit_write(&c->pg, sync, &wrote);
     if (rc) {
         tx_abort_locked(c);
-        tx_writer_leave(c);
         return rc;
     }
     pthread_mutex_lock(&c->mu);
@@ -561,7 +618,6 @@ int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
     int synced = 0;
     if (wrote && c->pg.log_end > c->checkpoint_bytes)
         synced = tx_checkpoint(c, c->checkpoint_bytes + (1u << 20)) == 0;
-    tx_writer_leave(c);
     if (wrote && sync && !synced)
         *sync_lsn = lsn;
     return 0;

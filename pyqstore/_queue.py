@@ -13,6 +13,7 @@ import operator
 import pickle
 import struct
 import threading
+import time
 from array import array
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
@@ -541,8 +542,8 @@ class Queue(Generic[T]):
         :meth:`delayed`), then is available at its id.  The due time is
         stored as a wall-clock time, so it holds across processes and
         reopening.  TypeError or ValueError name a bad one; nothing is
-        stored.  A put with a delay or a priority does not wait for room:
-        on a full queue it raises Full at once, as put_many does.
+        stored.  A put with a delay or a priority waits for room (block,
+        timeout) like any other.
 
         ``key`` (bytes, 1..512 of them; None: none) makes the put
         idempotent (JetStream's Nats-Msg-Id): when an item put with the same
@@ -554,12 +555,17 @@ class Queue(Generic[T]):
         dead-lettered) and the window has passed, the key may be used
         again.  It is part of the transaction, across processes, and
         durable like the item.  TypeError for a key that is not bytes,
-        ValueError for an empty or too long one.  A keyed put does not
-        wait for room either."""
+        ValueError for an empty or too long one.  A keyed put waits for
+        room like any other (a duplicate needs none)."""
         if delay is not None or priority is not None or key is not None:
             if key is not None:
-                return self._put_keyed([payload], [key], delay, priority, "put")[0][0]
-            return self._put_order([payload], delay, priority, "put")
+                return self._put_keyed_wait(payload, key, delay, priority, block, timeout)
+            d = _delay_arg(delay)
+            p = _priority_arg(priority)
+            t = _timeout_arg(block, timeout)
+            c = self._codec
+            return self._put_wait(_raw_payload(payload) if c is None else _encoded(c, payload),
+                                  t, d, p)
         # Each bytecode here costs every put (bench/callgrind_check.py): the
         # parameters are positional-or-keyword because keyword-only ones
         # with defaults took 12% more instructions per put (no specialized
@@ -575,12 +581,13 @@ class Queue(Generic[T]):
             self._raise(r if r < _ERRNO_FLOOR else -r, "put")
         return r
 
-    def _put_wait(self, b: bytes, timeout: float) -> int:
-        # The queue was full: wait for room in C (the futex word), through
-        # signals as get does.
-        r: int = lib.qs_queue_put_wait(self._q, b, len(b), timeout)
+    def _put_wait(self, b: bytes, timeout: float, delay: float = 0.0, priority: int = 0) -> int:
+        # The queue was full (or the item has a delay or a priority): put,
+        # waiting for room in C (the futex word), through signals as get
+        # does.
+        r: int = lib.qs_queue_put_order_wait(self._q, b, len(b), delay, priority, timeout)
         while r == _INTR:
-            r = lib.qs_queue_put_wait(self._q, b, len(b), _wait_left())
+            r = lib.qs_queue_put_order_wait(self._q, b, len(b), delay, priority, _wait_left())
         if r < 0:
             if r == _QFULL:
                 raise Full(f"queue {self.name!r} is full ({self.config().maxsize} items)")
@@ -721,6 +728,27 @@ class Queue(Generic[T]):
             self._raise(rc, op)
         return int(out[0])
 
+    def _put_keyed_wait(self, payload: Any, key: Any, delay: Any, priority: Any, block: bool,
+                        timeout: Optional[float]) -> int:
+        """put with a key: qs_queue_put_keyed never waits, so on Full
+        (outside a transaction, blocking) wait for room on the queue's
+        wake-up word (qs_queue_wait_room) and try again: another producer
+        may have taken the room, or stored the key meanwhile."""
+        t = _timeout_arg(block, timeout)
+        end = None if t < 0 else time.monotonic() + t
+        while True:
+            try:
+                return self._put_keyed([payload], [key], delay, priority, "put")[0][0]
+            except Full:
+                left = -1.0 if end is None else end - time.monotonic()
+                if t == 0 or (end is not None and left <= 0) or lib.qs_in_transaction(self._c):
+                    raise
+            rc = lib.qs_queue_wait_room(self._c, self._key, self._klen, 1, left)
+            while rc == _INTR:
+                rc = lib.qs_queue_wait_room(self._c, self._key, self._klen, 1, _wait_left())
+            if rc and rc != lib.QS_TIMEDOUT:
+                self._raise(rc, "put")
+
     def _put_keyed(self, items: list[Any], keys: Iterable[Optional[bytes]], delay: Any,
                    priority: Any, op: str) -> tuple[list[int], int]:
         """Stores items (encoded here) with their dedup keys
@@ -785,15 +813,19 @@ class Queue(Generic[T]):
     def _get_decoded(self, codec: Codec[T], n: int, timeout: float, op: str) -> list[T]:
         # A payload must decode before its removal is committed, or a bad
         # one is lost.  So the batch is reserved (hidden from everyone,
-        # nothing removed, inside a transaction as outside), decoded, and
-        # acknowledged in one call only when every item decoded; otherwise
-        # released, back at its place, and DecodeError names the first bad
-        # item.  A crash in between ends the reservations: nothing is lost.
+        # nothing removed, inside a transaction as outside; counting no
+        # delivery, as a plain get counts none), decoded, and acknowledged
+        # in one call only when every item decoded; otherwise released,
+        # back at its place, and DecodeError names the first bad item,
+        # which alone counts that delivery, with the error as its reason:
+        # with max_deliveries an item that never decodes goes to the
+        # dead-letter queue instead of failing every get for ever.  A crash
+        # in between ends the reservations: nothing is lost.
         out = _new("qs_items **")
         k = self._key
-        rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, timeout, 0.0, out)
+        rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, timeout, out)
         while rc == _INTR:  # as in _get: the handler ran and did not raise
-            rc = lib.qs_queue_reserve_many(self._c, k, self._klen, n, _wait_left(), 0.0, out)
+            rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, _wait_left(), out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -806,17 +838,26 @@ class Queue(Generic[T]):
                                        ffi.from_buffer("uint64_t[]", array("Q", ids)), token)
             if rc:
                 self._raise(rc, op)
+        except DecodeError as e:
+            self._release(ids, token, e.id, str(e).encode("utf-8", "replace")[:1024])
+            raise
         except BaseException:
             self._release(ids, token)
             raise
         return objs
 
-    def _release(self, ids: list[int], token: int) -> None:
+    def _release(self, ids: list[int], token: int, bad: int = 0, reason: bytes = b"") -> None:
         # On the way out of a failed take; a release that fails too (the
         # casket was closed meanwhile) is not reported over the first
-        # error: closing the handle ends its reservations anyway.
+        # error: closing the handle ends its reservations anyway.  Item
+        # `bad` (an uncounted reserve's item that did not decode) counts
+        # its delivery.
         for i in ids:
-            lib.qs_queue_release(self._c, self._key, self._klen, i, token)
+            if i == bad:
+                lib.qs_queue_fail_counted(self._c, self._key, self._klen, i, token, reason,
+                                          len(reason))
+            else:
+                lib.qs_queue_release(self._c, self._key, self._klen, i, token)
 
     def _get_one(self, timeout: float) -> T:
         # get()'s own path: one item, no lists, a per-thread out-parameter.

@@ -4,6 +4,9 @@ queue's dedup_window, and return the first item's id; inside transactions,
 across processes, across a SIGKILL; bad keys."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import pyqstore
@@ -145,6 +148,27 @@ def test_bounded_queue_duplicate_needs_no_room(casket):
     with pytest.raises(pyqstore.Full):
         q.put_many([b"x", b"y"], keys=[b"k", b"z"])
     assert len(q) == 1
+
+
+def test_keyed_put_waits_for_room_and_wakes_when_a_consumer_frees_it(casket):
+    q = casket.queue("a", maxsize=1)
+    q.put(b"one", key=b"k")
+    t0 = time.monotonic()
+    with pytest.raises(pyqstore.Full):
+        q.put(b"two", key=b"j", timeout=0.2)
+    assert time.monotonic() - t0 >= 0.19            # it waited its timeout
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.put(b"two", key=b"j", timeout=30)))
+    t.start()
+    time.sleep(0.2)
+    assert t.is_alive()                             # waiting, not failed
+    assert q.get() == b"one"
+    t.join(30)
+    assert got and q.get(timeout=0) == b"two"
+    with casket.transaction():                      # never waits holding the lock
+        q.put(b"three")
+        with pytest.raises(pyqstore.Full):
+            q.put(b"four", key=b"x")
 
 
 @pytest.mark.parametrize("key, exc, words", [
