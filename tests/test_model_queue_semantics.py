@@ -30,9 +30,10 @@ through the available ones in (priority descending, id) order: one that
 has been reserved max_deliveries times already goes to DEAD (its count,
 reason and priority with it) and the take goes on; the first other one is
 taken.  maxsize counts every item the queue holds.  A reserve counts one
-delivery; inside a transaction the count is part of it (qstore.h,
-"deliveries"): an abort undoes the moves, puts and counts of the
-transaction, and the reservations it made end.  Reservations end (their
+delivery, and the count is not part of a transaction (qstore.h,
+"deliveries"): an abort undoes the moves and puts of the transaction, the
+reservations it made end, and their counts stay (except on an item the
+abort put back among the delayed ones).  Reservations end (their
 items back in place, their counts kept) at close.
 """
 from __future__ import annotations
@@ -149,6 +150,13 @@ class SemanticsMachine(RuleBasedStateMachine):
         t = self.txn
         assert t is not None
         self.q, self.delayed, self.conf, self.st.m = t["q"], t["delayed"], t["conf"], t["st"]
+        # a reserve's count is not part of the transaction: the abort's
+        # follow-up commits it again, for an item that was in that queue
+        # before the transaction (not one the abort put back among the
+        # delayed: qstore.h "deliveries", the recount's known limit)
+        for name, seq in t["counted"]:
+            if seq in self.q[name] and seq not in self.delayed[name]:
+                self.q[name][seq]["count"] += 1
         for h in t["new_res"]:
             self.res.pop(h, None)
         for seq in [s for s in self.ids if s >= t["seq0"]]:
@@ -223,6 +231,7 @@ class SemanticsMachine(RuleBasedStateMachine):
         self.items[h] = it
         if self.txn is not None:
             self.txn["new_res"].add(h)
+            self.txn["counted"].append((name, seq))
 
     def pick(self, data: st.DataObject) -> int:
         return data.draw(st.sampled_from(sorted(self.res)), label="handle")
@@ -337,7 +346,7 @@ class SemanticsMachine(RuleBasedStateMachine):
         self.c.begin()
         self.txn = {"q": copy.deepcopy(self.q), "delayed": copy.deepcopy(self.delayed),
                     "conf": dict(self.conf), "st": copy.deepcopy(self.st.m),
-                    "new_res": set(), "seq0": self.seq}
+                    "new_res": set(), "counted": [], "seq0": self.seq}
 
     @precondition(lambda self: self.txn is not None)
     @rule(abort=st.booleans(), ctx=st.booleans())
