@@ -60,6 +60,10 @@ QUEUES = ["jobs", "mail"]
 DEAD = "dead"
 ALL = QUEUES + [DEAD]
 qnames = st.sampled_from(QUEUES)
+#: each queue's dedup window (a key is a duplicate while its item is in the
+#: queue, or for this long after its put)
+WINDOW = {"jobs": 1.0, "mail": 0.0}
+dedup_keys = st.lists(st.sampled_from([b"a", b"b", b"c", None]), min_size=1, max_size=3)
 
 
 class _StreamModel:
@@ -88,9 +92,13 @@ class SemanticsMachine(RuleBasedStateMachine):
         self.ids: dict[int, int] = {}       # seq -> real id, learned
         self.st = _StreamModel()
         self.seq = 0
+        #: (queue, key) -> seq of the item first put with it, and when
+        self.keys: dict[tuple[str, bytes], dict[str, Any]] = {}
         self.next_handle = 0
         self.txn: Optional[dict[str, Any]] = None
         self.open("n")
+        for name, window in WINDOW.items():
+            self.c.queue(name, dedup_window=window)
 
     def open(self, flag: str) -> None:
         self.c = pyqstore.open(self.path, flag, sync=False)
@@ -150,6 +158,7 @@ class SemanticsMachine(RuleBasedStateMachine):
         t = self.txn
         assert t is not None
         self.q, self.delayed, self.conf, self.st.m = t["q"], t["delayed"], t["conf"], t["st"]
+        self.keys = t["keys"]
         # a reserve's count is not part of the transaction: the abort's
         # follow-up commits it again, for an item that was in that queue
         # before the transaction (not one the abort put back among the
@@ -189,12 +198,58 @@ class SemanticsMachine(RuleBasedStateMachine):
                 self.delayed[name][self.seq] = self.now + delay
             self.seq += 1
 
+    @rule(name=qnames, keys=dedup_keys, delay=delays, priority=priorities,
+          single=st.booleans())
+    def put_keyed(self, name: str, keys: list[Optional[bytes]], delay: Optional[float],
+                  priority: Optional[int], single: bool) -> None:
+        """Dedup keys: a key still in the queue, or put less than the
+        queue's window ago, stores nothing (also a repeat within the batch)
+        and answers the first item's id; the rest is a put."""
+        first: dict[bytes, Optional[int]] = {}     # key -> seq it dedupes to, None: new
+        fresh: list[int] = []
+        for i, k in enumerate(keys):
+            if k is not None and k in first:
+                continue
+            e = self.keys.get((name, k)) if k is not None else None
+            if e is not None and (e["seq"] in self.q[name] or self.now < e["put"] + WINDOW[name]):
+                first[k] = e["seq"]                 # type: ignore[index]
+                continue
+            if k is not None:
+                first[k] = None
+            fresh.append(i)
+        seqs = {i: self.seq + j for j, i in enumerate(fresh)}
+        payloads = [b"%d" % seqs[i] if i in seqs else b"dup" for i in range(len(keys))]
+        q = self.queue(name)
+        try:
+            if len(keys) == 1 and single:
+                got = q.put(payloads[0], False, None, delay, priority, keys[0])
+                seq = seqs.get(0, first.get(keys[0]) if keys[0] is not None else None)
+                if seq is not None and seq in self.ids:
+                    assert got == self.ids[seq], (got, seq, self.ids[seq])
+                elif 0 in seqs:
+                    self.ids[seqs[0]] = got
+            else:
+                stored = q.put_many(payloads, delay=delay, priority=priority, keys=keys)
+                assert stored == len(fresh), (stored, fresh, keys)
+        except pyqstore.Full:
+            assert fresh and not self.room(name, len(fresh)), (name, fresh, self.conf[name])
+            return
+        assert self.room(name, len(fresh)), (name, len(self.q[name]), fresh, self.conf[name])
+        for i in fresh:
+            seq = seqs[i]
+            self.q[name][seq] = {"prio": priority or 0, "count": 0, "reason": None}
+            if delay:
+                self.delayed[name][seq] = self.now + delay
+            if keys[i] is not None:
+                self.keys[(name, keys[i])] = {"seq": seq, "put": self.now}
+        self.seq += len(fresh)
+
     @rule(name=qnames, maxsize=st.sampled_from([0, 0, 2, 4, 7]),
           maxdel=st.sampled_from([0, 1, 2, 3]))
     def configure(self, name: str, maxsize: int, maxdel: int) -> None:
         try:
             self.c.queue(name, maxsize=maxsize, max_deliveries=maxdel,
-                         dead_letter=DEAD if maxdel else "")
+                         dead_letter=DEAD if maxdel else "", dedup_window=WINDOW[name])
         except pyqstore.BoundError:
             assert maxsize and len(self.q[name]) > maxsize
             return
@@ -346,6 +401,7 @@ class SemanticsMachine(RuleBasedStateMachine):
         self.c.begin()
         self.txn = {"q": copy.deepcopy(self.q), "delayed": copy.deepcopy(self.delayed),
                     "conf": dict(self.conf), "st": copy.deepcopy(self.st.m),
+                    "keys": copy.deepcopy(self.keys),
                     "new_res": set(), "counted": [], "seq0": self.seq}
 
     @precondition(lambda self: self.txn is not None)
