@@ -1066,9 +1066,12 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
     click.echo(path)
 
 
-# the `flow` group registers itself on main
+# the `flow` group (and its `ray` command) registers itself on main
 from . import cli_flow  # noqa: E402,F401
-from . import cli_ray  # noqa: E402,F401
 
 if __name__ == "__main__":
-    main(prog_name="qstore-bench")
+    # `python -m qstore_bench.cli`: this module runs as __main__ and the flow
+    # commands registered on the package's qstore_bench.cli.main, imported
+    # by cli_flow, so that is the group to run
+    from qstore_bench.cli import main as _package_main
+    _package_main(prog_name="qstore-bench")

@@ -347,3 +347,8 @@ def tune_flow(batches: str, parallelism: str, n: int, work_us: float, fixes: tup
         _plot_tune(result, plot_path)
         click.echo(f"# plot written to {plot_path}")
     _save(result, json_path)
+
+
+# `flow ray` registers itself on the group, which is whole by now (cli_ray
+# imports names from this module)
+from . import cli_ray  # noqa: E402,F401
