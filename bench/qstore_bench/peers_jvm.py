@@ -113,6 +113,7 @@ class _JdbcStore(bk.Store):
         self.del_id = p("DELETE FROM q WHERE id = ?")
         self.heads: dict[int, Any] = {}
         self.in_txn = False
+        self.retried = 0        # takes the engine rolled back and this ran again
         self.family.append(self)
 
     def begin(self) -> None:
@@ -121,6 +122,11 @@ class _JdbcStore(bk.Store):
 
     def commit(self) -> None:
         self.con.commit()
+        self.con.setAutoCommit(True)
+        self.in_txn = False
+
+    def rollback(self) -> None:
+        self.con.rollback()
         self.con.setAutoCommit(True)
         self.in_txn = False
 
@@ -166,9 +172,13 @@ class _JdbcStore(bk.Store):
                 ps.setBytes(1, a)
             ps.setBytes(2, b)
             ps.addBatch()
-        if rows:
-            ps.executeBatch()
-        self.commit()
+        try:
+            if rows:
+                ps.executeBatch()
+            self.commit()
+        except BaseException:
+            self.rollback()     # a failed batch keeps no locks
+            raise
 
     def seed_transaction(self, ids: list[bytes]) -> None:
         self._batch(self.ins_dup, [(k, i) for i in ids for k in (bk.QUEUE_KEY, i)])
@@ -184,12 +194,32 @@ class _JdbcStore(bk.Store):
     def qget_many(self, name: str, n: int) -> list[bytes]:
         if n <= 0:      # Derby refuses FETCH FIRST 0 ROWS
             return []
+        if self.in_txn:
+            return self._take(name, n)
+        # a take of its own: a transaction the engine chose to roll back (a
+        # deadlock victim, a lock wait past its timeout) is run again, as
+        # Derby's manual tells applications to; any other error rolls back
+        # too, so that no failed take keeps its locks on the queue's head
+        for attempt in range(_TAKE_ATTEMPTS):
+            self.begin()
+            try:
+                rows = self._take(name, n)
+                self.commit()
+                return rows
+            except self.jpype.java.sql.SQLException as e:
+                self.rollback()
+                if str(e.getSQLState()) not in _RETRY_STATES or attempt + 1 == _TAKE_ATTEMPTS:
+                    raise
+                self.retried += 1
+            except BaseException:
+                self.rollback()
+                raise
+        raise AssertionError("unreachable")
+
+    def _take(self, name: str, n: int) -> list[bytes]:
         ps = self.heads.get(n)
         if ps is None:
             ps = self.heads[n] = self.con.prepareStatement(self.dialect.head.format(n=int(n)))
-        own = not self.in_txn
-        if own:
-            self.begin()
         ps.setString(1, name)
         rs = ps.executeQuery()
         rows = []
@@ -210,8 +240,6 @@ class _JdbcStore(bk.Store):
             self.del_q.setString(1, name)
             self.del_q.setLong(2, rows[-1][0])
             self.del_q.executeUpdate()
-        if own:
-            self.commit()
         return [v for _, v in rows]
 
     def qlen(self, name: str) -> int:
@@ -263,6 +291,11 @@ class _Jvm(bk.Backend):
     def unavailable(self) -> Optional[str]:
         return jvm.missing(*self.jars)
 
+
+# SQLStates of a transaction the engine rolled back to break a wait: a
+# deadlock victim (40001), a lock wait past derby.locks.waitTimeout (40XL1)
+_RETRY_STATES = frozenset({"40001", "40XL1"})
+_TAKE_ATTEMPTS = 5
 
 # why JDBC's rows need a connection per thread
 _JDBC_NOT_SHARED = ("a JDBC connection's prepared statements hold their parameters from "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from collections import Counter
 
 import pytest
@@ -569,7 +570,9 @@ def small_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     outdir = tmp / "rep"
     res = CliRunner().invoke(main, ["report", str(outdir), "--small", "--dir", str(tmp)])
-    assert res.exit_code == 0, res.output
+    # the traceback says which experiment and backend failed
+    assert res.exit_code == 0, (res.output, "".join(traceback.format_exception(*res.exc_info))
+                                if res.exc_info else None)
     return outdir, (outdir / "index.html").read_text()
 
 

@@ -451,6 +451,38 @@ def test_derby_leaves_no_log_in_the_working_directory(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@needs("derby")
+def test_a_derby_take_rolled_back_on_a_lock_timeout_is_run_again(tmp_path):
+    """A take that waits on another transaction's lock past Derby's wait
+    timeout is rolled back by Derby (SQLState 40XL1); the take rolls back
+    its side, runs again, and gets the item after the one the other
+    transaction took -- nothing lost, nothing taken twice."""
+    import threading
+    import time
+
+    a = _backend("derby").open(str(tmp_path), False)
+    b = a.connect()
+    try:
+        st = a.con.createStatement()
+        st.execute("CALL SYSCS_UTIL.SYSCS_SET_DATABASE_PROPERTY('derby.locks.waitTimeout', '1')")
+        st.close()
+        for i in range(3):
+            a.qput("log", b"item-%d" % i)
+        a.begin()
+        assert a._take("log", 1) == [b"item-0"]    # its delete holds the row's lock
+        taken: list[bytes] = []
+        t = threading.Thread(target=lambda: taken.extend(b.qget_many("log", 1)))
+        t.start()
+        time.sleep(2.5)         # past the 1 s wait: b's first attempt was rolled back
+        a.commit()
+        t.join(60)
+        assert taken == [b"item-1"] and b.retried >= 1
+        assert a.qget_many("log", 5) == [b"item-2"]
+    finally:
+        b.close()
+        a.close()
+
+
 @needs("bdb-je")
 def test_bdb_je_refuses_an_equal_duplicate_instead_of_dropping_it(tmp_path):
     s = _backend("bdb-je").open(str(tmp_path), False)
