@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
 import threading
 import time
@@ -192,3 +193,37 @@ def test_a_sink_batch_keeps_its_id_when_repeated_and_a_dead_one_frees_it(tmp_pat
     # batch 1 (a, b) failed twice under one id; dead-lettered, the next batch is 2
     assert picky.calls == [((edge, 1), ["a", "b"]), ((edge, 1), ["a", "b"]),
                            ((edge, 2), ["c", "d"])]
+
+
+def passthrough(batch):
+    return batch
+
+
+def test_a_firing_reserves_the_next_batch_in_its_own_commit(tmp_path):
+    """One commit per firing of a node with one input: the firing's
+    transaction acks its batch, emits, and reserves the next batch (its
+    deliveries counted in that commit), so only the first reserve is a
+    commit of its own; the items still arrive once, in order."""
+    f = Flow("t")
+    f.source("src", IterableSource(range(40)), batch=40)
+    f.node("work", passthrough, batch=4, maxsize=100, max_deliveries=3)
+    f.sink("out", QueueSink("result"), maxsize=100, batch=100)
+    f.edge("src", "work")
+    f.edge("work", "out")
+    f.validate()
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        before = db.stats()["commits"]
+        firings = 0
+        while inst["work"].fire(timeout=0):
+            firings += 1
+        assert firings == 10
+        # 10 firings: the first reserve, then one commit each (the last
+        # finds nothing ahead); two commits per firing without the reserve ahead
+        assert db.stats()["commits"] - before == firings + 1
+        held = db.queue(names.input_queue("work", "in", None)).pending()
+        assert held == []
+        while inst["out"].fire(timeout=0):
+            pass
+        assert [pickle.loads(x) for x in db.queue("result").get_many(100)] == list(range(40))

@@ -120,6 +120,9 @@ class Instance:
             qn = names.input_queue(n.name, port, instance if part else None)
             self.inputs.append((port, casket.queue(qn, flow.codec(n.name, port))))
         self._next_input = 0
+        #: a batch the last firing's transaction reserved for the next one
+        #: (a node with one input port): one commit per firing, not two
+        self._ahead: Optional[Any] = None
         self._queues: dict[str, Queue[Any]] = {}
         work = n.work
         self.work: Any = work() if inspect.isclass(work) else work
@@ -225,12 +228,29 @@ class Instance:
                     for what, by in counts.items():
                         self._bump(what, by)
                     self._fired()
+                    ahead = self._reserve_ahead(batch)
                 self.ctx._reset()
+                self._ahead = ahead
                 return True
             except (Full, OutboxFull):
                 pass
             if not self._wait_for_room(puts):
                 return False
+
+    def _reserve_ahead(self, batch: Any) -> Any:
+        """Inside the firing's transaction: reserve the next batch of the
+        same input, so that its reserve (and the deliveries it counts)
+        commits with this firing instead of in a commit of its own.  None
+        for a source, a sink (its batches are numbered in their own
+        reserve), a node with several inputs (it takes them in turn), when
+        told to stop, or when nothing is there (a reserve in a transaction
+        never waits)."""
+        if batch is None or self.stable or len(self.inputs) != 1 or self.should_stop():
+            return None
+        try:
+            return batch.queue.reserve_many(self.node.batch)
+        except Empty:
+            return None
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         """Wait until every put fits; False when told to stop first."""
@@ -305,10 +325,13 @@ class Instance:
         return batch
 
     def _fire_port(self, port: str, q: Queue[Any], timeout: float) -> bool:
-        try:
-            batch = self._reserve(q, timeout)
-        except Empty:
-            return False
+        if self._ahead is not None and self._ahead.queue is q:
+            batch, self._ahead = self._ahead, None
+        else:
+            try:
+                batch = self._reserve(q, timeout)
+            except Empty:
+                return False
         self.ctx.port = port
         try:
             result = self._call(batch.payloads)
