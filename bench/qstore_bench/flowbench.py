@@ -233,7 +233,8 @@ def run_flow(flow: Flow, directory: str, sync: bool = True, layout: Optional[str
     entry = _layout_entry() if layout is not None else None
     t0 = time.perf_counter()
     if entry == "run":
-        summary = rn.run(flow, directory, sync=sync, display=None, layout=layout)  # type: ignore[call-arg, unused-ignore]
+        # entry is "run" only for a layout given (not None)
+        summary = rn.run(flow, directory, sync=sync, display=None, layout=str(layout))
     else:
         kw: dict[str, Any] = {} if entry is None else {"layout": layout}
         runner = Runner(flow, directory, sync=sync, display=None, **kw)
