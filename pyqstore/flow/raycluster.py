@@ -91,7 +91,7 @@ class LocalCluster:
         try:
             ray.shutdown()
         finally:
-            self.cluster.shutdown()  # type: ignore[no-untyped-call]
+            self.cluster.shutdown()  # type: ignore[no-untyped-call, unused-ignore]
 
     def __enter__(self) -> "LocalCluster":
         return self

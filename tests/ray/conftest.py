@@ -37,9 +37,16 @@ def _only_ray_paths(config: pytest.Config) -> bool:
     return True
 
 
+def ray_installed() -> bool:
+    """Ray itself is importable: without it, ``import ray`` would find this
+    directory (tests/ray, on sys.path's tests/) as a namespace package."""
+    spec = importlib.util.find_spec("ray")
+    return spec is not None and spec.origin is not None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _refused
-    if importlib.util.find_spec("ray") is None:
+    if not ray_installed():
         return                          # the tests skip themselves: no ray
     if only_loopback():
         faulthandler.dump_traceback_later(SESSION_LIMIT, exit=True)
@@ -73,7 +80,8 @@ def cluster() -> Iterator[object]:
     """A head and two workers on 127.0.0.1, offering the volumes ``a`` and
     ``b`` (``{"vol:a": 1}``, ``{"vol:b": 1}``); this process is the
     driver.  Shut down at the end of the session, whatever happened."""
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'pyqstore[ray]')")
+    if not ray_installed():
+        pytest.skip("Ray is not installed (pip install 'pyqstore[ray]')")
     import ray
 
     from pyqstore.flow.raycluster import LocalCluster

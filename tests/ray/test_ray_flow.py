@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pyqstore[ray]')")
+# a submodule: without Ray, "ray" would be this directory as a namespace package
+pytest.importorskip("ray.cloudpickle", reason="Ray is not installed (pip install 'pyqstore[ray]')")
+import ray  # noqa: E402
 
 import ray_flows  # noqa: E402
 from pyqstore.flow import rayrunner  # noqa: E402
