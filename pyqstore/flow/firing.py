@@ -123,6 +123,7 @@ class Instance:
         #: a batch the last firing's transaction reserved for the next one
         #: (a node with one input port): one commit per firing, not two
         self._ahead: Optional[Any] = None
+        self._ahead_id: Optional[tuple[str, int]] = None    # a sink's: its number
         self._queues: dict[str, Queue[Any]] = {}
         work = n.work
         self.work: Any = work() if inspect.isclass(work) else work
@@ -168,6 +169,13 @@ class Instance:
             self.state.discard()
 
     def close(self) -> None:
+        # a batch reserved ahead by the last firing goes back now, not when
+        # its lease runs out (the node is stopping; another may take it)
+        ahead, self._ahead, self._ahead_id = self._ahead, None, None
+        if ahead is not None:
+            # a sink's record of the batch stays: the next instance hands
+            # the same items under the same number
+            ahead.release()
         if hasattr(self.work, "close") and self.node.kind == "node":
             self.work.close(self.ctx)
 
@@ -228,29 +236,42 @@ class Instance:
                     for what, by in counts.items():
                         self._bump(what, by)
                     self._fired()
-                    ahead = self._reserve_ahead(batch)
+                    ahead, ahead_id = self._reserve_ahead(batch)
                 self.ctx._reset()
-                self._ahead = ahead
+                self._ahead, self._ahead_id = ahead, ahead_id
                 return True
             except (Full, OutboxFull):
                 pass
             if not self._wait_for_room(puts):
                 return False
 
-    def _reserve_ahead(self, batch: Any) -> Any:
+    def _reserve_ahead(self, batch: Any) -> tuple[Any, Optional[tuple[str, int]]]:
         """Inside the firing's transaction: reserve the next batch of the
         same input, so that its reserve (and the deliveries it counts)
-        commits with this firing instead of in a commit of its own.  None
-        for a source, a sink (its batches are numbered in their own
-        reserve), a node with several inputs (it takes them in turn), when
+        commits with this firing instead of in a commit of its own; a sink
+        numbers it there too, which is as atomic as the numbering in a
+        reserve of its own.  (batch, a sink's batch id), or (None, None) for
+        a source, a node with several inputs (it takes them in turn), when
         told to stop, or when nothing is there (a reserve in a transaction
         never waits)."""
-        if batch is None or self.stable or len(self.inputs) != 1 or self.should_stop():
-            return None
+        if batch is None or len(self.inputs) != 1 or self.should_stop():
+            return None, None
+        q = batch.queue
         try:
-            return batch.queue.reserve_many(self.node.batch)
+            ahead = q.reserve_many(self.node.batch)
         except Empty:
-            return None
+            return None, None
+        if not self.stable:
+            return ahead, None
+        return ahead, (q.name, self._number(ahead))
+
+    def _number(self, batch: Any) -> int:
+        """A sink's next batch number, recorded with the ids it covers (in
+        the caller's transaction)."""
+        seq = read_counter(self.casket, self._meta("seq")) + 1
+        write_counter(self.casket, self._meta("seq"), seq)
+        self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, batch.ids[0], len(batch)))
+        return seq
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         """Wait until every put fits; False when told to stop first."""
@@ -315,9 +336,7 @@ class Instance:
         try:
             with self.casket.transaction():
                 batch = q.reserve_many(self.node.batch)
-                seq = read_counter(self.casket, self._meta("seq")) + 1
-                write_counter(self.casket, self._meta("seq"), seq)
-                self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, batch.ids[0], len(batch)))
+                seq = self._number(batch)
         except Empty:
             time.sleep(min(timeout, 0.02))   # a reserve in a transaction never waits
             raise
@@ -327,6 +346,8 @@ class Instance:
     def _fire_port(self, port: str, q: Queue[Any], timeout: float) -> bool:
         if self._ahead is not None and self._ahead.queue is q:
             batch, self._ahead = self._ahead, None
+            if self.stable:
+                self.ctx.batch_id, self._ahead_id = self._ahead_id, None
         else:
             try:
                 batch = self._reserve(q, timeout)
