@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 from .. import Casket, Queue
+from .._batch import decoded, reserve_undecoded
 from .._queue import CodecName
 from ..errors import Empty, FlowError, Full, OutboxFull
 from . import names
@@ -222,23 +223,25 @@ class Instance:
         """The firing's one transaction; on a full downstream queue, wait
         for room outside it and try again.  False when told to stop while
         waiting (nothing committed)."""
+        # encoded before the transaction: not under the write lock
+        encoded = [(q, q._encode_many(items)) for q, items in puts]
         while True:
             try:
                 with self.casket.transaction():
                     require_owner(self.casket, self.epoch)
                     if batch is not None:
-                        batch.queue.ack_many(batch)
+                        batch.ack()     # a whole batch: no per-item checks
                         if self.stable:
                             self.casket.out(self._meta("inflight"))
-                    for q, items in puts:
-                        q.put_many(items)
+                    for q, items in encoded:
+                        q._put_many_encoded(items)
                     self.state.write()
                     for what, by in counts.items():
                         self._bump(what, by)
                     self._fired()
                     ahead, ahead_id = self._reserve_ahead(batch)
                 self.ctx._reset()
-                self._ahead, self._ahead_id = ahead, ahead_id
+                self._take_ahead(batch, ahead, ahead_id)
                 return True
             except (Full, OutboxFull):
                 pass
@@ -258,19 +261,31 @@ class Instance:
             return None, None
         q = batch.queue
         try:
-            ahead = q.reserve_many(self.node.batch)
+            # decoded after the commit, outside the casket's write lock
+            # (which the other nodes of a shared casket are waiting for)
+            ahead = reserve_undecoded(q, self.node.batch, None, None)
         except Empty:
             return None, None
         if not self.stable:
             return ahead, None
-        return ahead, (q.name, self._number(ahead))
+        return ahead, (q.name, self._number(ahead[1][0], len(ahead[1])))
 
-    def _number(self, batch: Any) -> int:
-        """A sink's next batch number, recorded with the ids it covers (in
-        the caller's transaction)."""
+    def _take_ahead(self, batch: Any, ahead: Any, ahead_id: Optional[tuple[str, int]]) -> None:
+        if ahead is None:
+            return
+        try:
+            self._ahead = decoded(batch.queue, ahead)
+        except Exception:
+            # released: the next reserve meets the payload as any reserve does
+            return
+        self._ahead_id = ahead_id
+
+    def _number(self, first: int, count: int) -> int:
+        """A sink's next batch number, recorded with the ids it covers (the
+        first id and how many; in the caller's transaction)."""
         seq = read_counter(self.casket, self._meta("seq")) + 1
         write_counter(self.casket, self._meta("seq"), seq)
-        self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, batch.ids[0], len(batch)))
+        self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, first, count))
         return seq
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
@@ -336,7 +351,7 @@ class Instance:
         try:
             with self.casket.transaction():
                 batch = q.reserve_many(self.node.batch)
-                seq = self._number(batch)
+                seq = self._number(batch.ids[0], len(batch))
         except Empty:
             time.sleep(min(timeout, 0.02))   # a reserve in a transaction never waits
             raise
