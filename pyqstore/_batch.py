@@ -188,10 +188,22 @@ def _lease_arg(lease: Optional[float]) -> float:
 
 
 def _batch_from(queue: "Queue[T]", out: Any, op: str) -> "Batch[T]":
-    from ._queue import Item, _decode_all, _split
+    return _batch_of(queue, _undecoded(out))
+
+
+def _undecoded(out: Any) -> tuple[int, list[int], list[bytes]]:
+    """(token, ids, payloads) of a reservation's qs_items, which is freed."""
+    from ._queue import _split
 
     token = out[0].token
     ids, raw = _split(out[0])
+    return token, ids, raw
+
+
+def _batch_of(queue: "Queue[T]", reserved: tuple[int, list[int], list[bytes]]) -> "Batch[T]":
+    from ._queue import Item, _decode_all
+
+    token, ids, raw = reserved
     codec = queue._codec
     payloads: list[Any] = raw
     if codec is not None:
@@ -205,6 +217,15 @@ def _batch_from(queue: "Queue[T]", out: Any, op: str) -> "Batch[T]":
 
 def reserve_many(queue: "Queue[T]", n: int, timeout: Optional[float],
                  lease: Optional[float]) -> "Batch[T]":
+    return _batch_of(queue, reserve_undecoded(queue, n, timeout, lease))
+
+
+def reserve_undecoded(queue: "Queue[T]", n: int, timeout: Optional[float],
+                      lease: Optional[float]) -> tuple[int, list[int], list[bytes]]:
+    """reserve_many's reservation as (token, ids, payloads), the payloads
+    not yet decoded: decoded() makes the Batch.  It lets a caller reserve
+    inside a transaction and decode after the commit, outside the
+    casket's write lock (Python objects only: nothing to free)."""
     from ._queue import _count_arg, _timeout_arg
 
     if _count_arg(n) == 0:
@@ -221,7 +242,13 @@ def reserve_many(queue: "Queue[T]", n: int, timeout: Optional[float],
         if rc == _NOTFOUND:
             raise Empty(f"queue {queue.name!r} is empty")
         raise queue._error(rc, "reserve_many")
-    return _batch_from(queue, out, "reserve_many")
+    return _undecoded(out)
+
+
+def decoded(queue: "Queue[T]", reserved: tuple[int, list[int], list[bytes]]) -> "Batch[T]":
+    """The Batch of a reserve_undecoded() reservation.  DecodeError when a
+    payload does not decode with the queue's codec, the batch released."""
+    return _batch_of(queue, reserved)
 
 
 def claim(queue: "Queue[T]", min_idle: float, n: int, lease: Optional[float]) -> "Batch[T]":

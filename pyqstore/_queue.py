@@ -691,6 +691,19 @@ class Queue(Generic[T]):
             items = payloads
         else:
             items = list(payloads)
+        return self._put_many_encoded(items)
+
+    def _encode_many(self, payloads: Iterable[T]) -> list[Any]:
+        """The payloads as put_many stores them, for _put_many_encoded: the
+        flow's firing encodes before its transaction begins, so that the
+        casket's write lock, which other processes wait for, is not held
+        while Python encodes."""
+        codec = self._codec
+        if codec is None:
+            return list(payloads)
+        return [_encoded(codec, p) for p in payloads]
+
+    def _put_many_encoded(self, items: list[Any]) -> int:
         n = len(items)
         if n == 0:
             return 0

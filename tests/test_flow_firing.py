@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
 import threading
 import time
@@ -192,3 +193,107 @@ def test_a_sink_batch_keeps_its_id_when_repeated_and_a_dead_one_frees_it(tmp_pat
     # batch 1 (a, b) failed twice under one id; dead-lettered, the next batch is 2
     assert picky.calls == [((edge, 1), ["a", "b"]), ((edge, 1), ["a", "b"]),
                            ((edge, 2), ["c", "d"])]
+
+
+def passthrough(batch):
+    return batch
+
+
+def test_a_firing_reserves_the_next_batch_in_its_own_commit(tmp_path):
+    """One commit per firing of a node with one input: the firing's
+    transaction acks its batch, emits, and reserves the next batch (its
+    deliveries counted in that commit), so only the first reserve is a
+    commit of its own; the items still arrive once, in order."""
+    f = Flow("t")
+    f.source("src", IterableSource(range(40)), batch=40)
+    f.node("work", passthrough, batch=4, maxsize=100, max_deliveries=3)
+    f.sink("out", QueueSink("result"), maxsize=100, batch=100)
+    f.edge("src", "work")
+    f.edge("work", "out")
+    f.validate()
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        before = db.stats()["commits"]
+        firings = 0
+        while inst["work"].fire(timeout=0):
+            firings += 1
+        assert firings == 10
+        # 10 firings: the first reserve, then one commit each (the last
+        # finds nothing ahead); two commits per firing without the reserve ahead
+        assert db.stats()["commits"] - before == firings + 1
+        held = db.queue(names.input_queue("work", "in", None)).pending()
+        assert held == []
+        while inst["out"].fire(timeout=0):
+            pass
+        assert [pickle.loads(x) for x in db.queue("result").get_many(100)] == list(range(40))
+
+
+def test_a_batch_reserved_ahead_goes_back_when_the_node_closes(tmp_path):
+    """A node stopped between two firings holds the batch its last firing
+    reserved ahead; closing it gives that batch back at once (not after
+    the lease), and the next instance takes the same items in order."""
+    f = Flow("t")
+    f.source("src", IterableSource(range(12)), batch=12)
+    f.node("work", passthrough, batch=4, maxsize=100)
+    f.sink("out", QueueSink("result"), maxsize=100, batch=100)
+    f.edge("src", "work")
+    f.edge("work", "out")
+    f.validate()
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        assert inst["src"].fire()
+        assert inst["work"].fire(timeout=0)
+        q = db.queue(names.input_queue("work", "in", None))
+        assert len(q.pending()) == 4         # items 4..7, reserved ahead
+        inst["work"].close()
+        assert q.pending() == []
+        again = instances(db, f)
+        while again["work"].fire(timeout=0):
+            pass
+        while again["out"].fire(timeout=0):
+            pass
+        assert [pickle.loads(x) for x in db.queue("result").get_many(100)] == list(range(12))
+
+
+class Recording:
+    stable_batches = True
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, batch_id, items) -> None:
+        self.calls.append((batch_id, list(items)))
+
+
+def test_a_sink_numbers_the_batch_it_reserves_ahead_and_a_new_instance_keeps_the_number(tmp_path):
+    """A sink's firing reserves and numbers its next batch in its own
+    commit (one commit per firing); stopped between two firings, the
+    batch it holds goes back, and the next instance hands the same items
+    under the same number, then goes on numbering."""
+    from pyqstore.flow import CallbackSink
+    rec = Recording()
+    f = Flow("t")
+    f.source("src", IterableSource(range(12)), batch=12)
+    f.sink("out", CallbackSink(rec), batch=3)
+    f.edge("src", "out")
+    edge = names.input_queue("out", "in", None)
+    with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
+        inst = instances(db, f)
+        sink = inst["out"]
+        sink.work = CallbackSink(rec)
+        sink._call = sink._caller()
+        assert inst["src"].fire()
+        before = db.stats()["commits"]
+        assert sink.fire(timeout=0) and sink.fire(timeout=0)
+        # the first reserve, then one commit per firing (each reserving ahead)
+        assert db.stats()["commits"] - before == 3
+        assert len(db.queue(edge).pending()) == 3        # batch 3, numbered, held
+        sink.close()
+        assert db.queue(edge).pending() == []
+        again = instances(db, f)["out"]
+        again.work = CallbackSink(rec)
+        again._call = again._caller()
+        while again.fire(timeout=0):
+            pass
+    assert rec.calls == [((edge, k + 1), [3 * k, 3 * k + 1, 3 * k + 2]) for k in range(4)]

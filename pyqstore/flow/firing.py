@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 from .. import Casket, Queue
+from .._batch import decoded, reserve_undecoded
 from .._queue import CodecName
 from ..errors import Empty, FlowError, Full, OutboxFull
 from . import names
@@ -120,6 +121,10 @@ class Instance:
             qn = names.input_queue(n.name, port, instance if part else None)
             self.inputs.append((port, casket.queue(qn, flow.codec(n.name, port))))
         self._next_input = 0
+        #: a batch the last firing's transaction reserved for the next one
+        #: (a node with one input port): one commit per firing, not two
+        self._ahead: Optional[Any] = None
+        self._ahead_id: Optional[tuple[str, int]] = None    # a sink's: its number
         self._queues: dict[str, Queue[Any]] = {}
         work = n.work
         self.work: Any = work() if inspect.isclass(work) else work
@@ -165,6 +170,13 @@ class Instance:
             self.state.discard()
 
     def close(self) -> None:
+        # a batch reserved ahead by the last firing goes back now, not when
+        # its lease runs out (the node is stopping; another may take it)
+        ahead, self._ahead, self._ahead_id = self._ahead, None, None
+        if ahead is not None:
+            # a sink's record of the batch stays: the next instance hands
+            # the same items under the same number
+            ahead.release()
         if hasattr(self.work, "close") and self.node.kind == "node":
             self.work.close(self.ctx)
 
@@ -211,26 +223,70 @@ class Instance:
         """The firing's one transaction; on a full downstream queue, wait
         for room outside it and try again.  False when told to stop while
         waiting (nothing committed)."""
+        # encoded before the transaction: not under the write lock
+        encoded = [(q, q._encode_many(items)) for q, items in puts]
         while True:
             try:
                 with self.casket.transaction():
                     require_owner(self.casket, self.epoch)
                     if batch is not None:
-                        batch.queue.ack_many(batch)
+                        batch.ack()     # a whole batch: no per-item checks
                         if self.stable:
                             self.casket.out(self._meta("inflight"))
-                    for q, items in puts:
-                        q.put_many(items)
+                    for q, items in encoded:
+                        q._put_many_encoded(items)
                     self.state.write()
                     for what, by in counts.items():
                         self._bump(what, by)
                     self._fired()
+                    ahead, ahead_id = self._reserve_ahead(batch)
                 self.ctx._reset()
+                self._take_ahead(batch, ahead, ahead_id)
                 return True
             except (Full, OutboxFull):
                 pass
             if not self._wait_for_room(puts):
                 return False
+
+    def _reserve_ahead(self, batch: Any) -> tuple[Any, Optional[tuple[str, int]]]:
+        """Inside the firing's transaction: reserve the next batch of the
+        same input, so that its reserve (and the deliveries it counts)
+        commits with this firing instead of in a commit of its own; a sink
+        numbers it there too, which is as atomic as the numbering in a
+        reserve of its own.  (batch, a sink's batch id), or (None, None) for
+        a source, a node with several inputs (it takes them in turn), when
+        told to stop, or when nothing is there (a reserve in a transaction
+        never waits)."""
+        if batch is None or len(self.inputs) != 1 or self.should_stop():
+            return None, None
+        q = batch.queue
+        try:
+            # decoded after the commit, outside the casket's write lock
+            # (which the other nodes of a shared casket are waiting for)
+            ahead = reserve_undecoded(q, self.node.batch, None, None)
+        except Empty:
+            return None, None
+        if not self.stable:
+            return ahead, None
+        return ahead, (q.name, self._number(ahead[1][0], len(ahead[1])))
+
+    def _take_ahead(self, batch: Any, ahead: Any, ahead_id: Optional[tuple[str, int]]) -> None:
+        if ahead is None:
+            return
+        try:
+            self._ahead = decoded(batch.queue, ahead)
+        except Exception:
+            # released: the next reserve meets the payload as any reserve does
+            return
+        self._ahead_id = ahead_id
+
+    def _number(self, first: int, count: int) -> int:
+        """A sink's next batch number, recorded with the ids it covers (the
+        first id and how many; in the caller's transaction)."""
+        seq = read_counter(self.casket, self._meta("seq")) + 1
+        write_counter(self.casket, self._meta("seq"), seq)
+        self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, first, count))
+        return seq
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:
         """Wait until every put fits; False when told to stop first."""
@@ -295,9 +351,7 @@ class Instance:
         try:
             with self.casket.transaction():
                 batch = q.reserve_many(self.node.batch)
-                seq = read_counter(self.casket, self._meta("seq")) + 1
-                write_counter(self.casket, self._meta("seq"), seq)
-                self.casket.put(self._meta("inflight"), b"%d %d %d" % (seq, batch.ids[0], len(batch)))
+                seq = self._number(batch.ids[0], len(batch))
         except Empty:
             time.sleep(min(timeout, 0.02))   # a reserve in a transaction never waits
             raise
@@ -305,10 +359,15 @@ class Instance:
         return batch
 
     def _fire_port(self, port: str, q: Queue[Any], timeout: float) -> bool:
-        try:
-            batch = self._reserve(q, timeout)
-        except Empty:
-            return False
+        if self._ahead is not None and self._ahead.queue is q:
+            batch, self._ahead = self._ahead, None
+            if self.stable:
+                self.ctx.batch_id, self._ahead_id = self._ahead_id, None
+        else:
+            try:
+                batch = self._reserve(q, timeout)
+            except Empty:
+                return False
         self.ctx.port = port
         try:
             result = self._call(batch.payloads)

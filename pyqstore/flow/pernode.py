@@ -70,11 +70,21 @@ class _ToOutbox:
         self.codec = codec
 
     def put_many(self, items: list[Any]) -> None:
-        self.outbox.put([_encoded(self.codec, x) for x in items], self.casket)
+        self._put_many_encoded(self._encode_many(items))
+
+    # the firing encodes before its transaction (as for a Queue)
+    def _encode_many(self, items: list[Any]) -> list[Any]:
+        return [_encoded(self.codec, x) for x in items]
+
+    def _put_many_encoded(self, encoded: list[Any]) -> None:
+        self.outbox.put(encoded, self.casket)
 
 
 class _EndOf(_ToOutbox):
-    def put_many(self, items: list[Any]) -> None:
+    def _encode_many(self, items: list[Any]) -> list[Any]:
+        return items
+
+    def _put_many_encoded(self, encoded: list[Any]) -> None:
         self.outbox.put_end(self.casket)
 
 
