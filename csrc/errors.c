@@ -43,7 +43,7 @@ static const char *const err_text[] = {
         "NAME-shm, which a read-only open needs to follow their changes",
     [ERR_INDEX(QS_QFULL)] = "queue is full (it holds its maxsize items)",
     [ERR_INDEX(QS_QBOUND)] = "maxsize is below the number of items the queue holds",
-    [ERR_INDEX(QS_TIMEDOUT)] = "timed out: the queue still holds items",
+    [ERR_INDEX(QS_TIMEDOUT)] = "timed out: the queue still held items (join) or had no room (wait for room)",
     [ERR_INDEX(QS_STREAM_NOGROUP)] = "the stream has no group of that name",
     [ERR_INDEX(QS_STREAM_NOTPENDING)] =
         "the group has no pending entry for that id (never read by the group, or acknowledged)",

@@ -1674,8 +1674,11 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if (rc == 0 && (rc = out_begin(&a->out)) != 0)
             break;
         size_t at = a->out.data.len;
+        /* with reservations about, the payload is copied only once the id
+         * is known not to be hidden: a get behind 5,000 reserved 10 KB
+         * items copied 50 MB to throw away */
         if (rc == 0)
-            rc = bt_item(&bt, &path, run.key, run.klen, &eq, &id, &a->out.data);
+            rc = bt_item(&bt, &path, run.key, run.klen, &eq, &id, any ? NULL : &a->out.data);
         if (rc == QS_NOTFOUND && !sought) {
             kept = 0;       /* at the end of a leaf: seek the next one */
             continue;
@@ -1690,7 +1693,6 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if (rc)
             break;
         if (any && hidden(sh, q, id)) {
-            a->out.data.len = at;
             from = id + 1;
             if ((rc = bt_next(&bt, &path)) == QS_NOTFOUND) {
                 rc = 0;     /* the tree's end: seek, finding this run done */
@@ -1702,6 +1704,8 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             kept = 1;
             continue;
         }
+        if (any && (rc = bt_item(&bt, &path, run.key, run.klen, &eq, &id, &a->out.data)) != 0)
+            break;
         uint32_t count = 0;
         if (a->reserve || q->conf.max_deliveries) {
             int moved;
