@@ -967,6 +967,8 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
 
     from . import codecs as cd
 
+    from pyqstore.flow.runner import LAYOUTS
+
     from . import cli_flow as cf
     from . import flowbench as fb
 
@@ -998,7 +1000,7 @@ def report(outdir: str, base: Optional[str], small: bool) -> None:
         _plot_codecs(cdr, os.path.join(outdir, "codecs.png"))
         # the flows (issue 14): every layout the runner has, one round each
         fch = fb.chain(2000 if small else 200_000, 1000, True,
-                       fb.layouts_supported()[0] or [fb.SHARED], 1, base, bar)
+                       list(LAYOUTS), 1, base, bar)
         fwf = fb.widefinder([1, 2], [64 << 10] if small else [1 << 20], list(fb.STRATEGIES),
                             (1 << 20) if small else (32 << 20), base=base, progress=bar)
         fwc = fb.wordcount(2, 2, 64 << 10, (1 << 20) if small else (16 << 20), base=base,

@@ -24,7 +24,6 @@ the breakdown survives a restart and needs no access to the flow's caskets
 from __future__ import annotations
 
 import glob
-import inspect
 import json
 import os
 import pickle
@@ -37,6 +36,7 @@ from typing import Any, Iterator, Optional
 
 import pyqstore
 from pyqstore.flow import CallbackSink, FileSource, Flow, IterableSource, Runner
+from pyqstore.flow.runner import LAYOUTS
 
 from . import widefinder as wf
 from .experiments import Progress, Workdir, _quiet, fit_models, machine
@@ -185,41 +185,6 @@ def saved_items(directory: str) -> list[Any]:
 
 # ------------------------------------------------------------ layouts, runs
 
-def _layout_entry() -> Optional[str]:
-    """Where the local runner takes a layout: "Runner" (its constructor),
-    "run" (only the function), or None (it has one layout, the shared
-    casket)."""
-    from pyqstore.flow import runner as rn
-
-    if "layout" in inspect.signature(Runner.__init__).parameters:
-        return "Runner"
-    if "layout" in inspect.signature(rn.run).parameters:
-        return "run"
-    return None
-
-
-def layouts_supported() -> tuple[Optional[list[str]], str]:
-    """The layouts the local runner accepts, as far as it says: (names or
-    None when it takes a layout but does not list them, how that was
-    found).  A runner without a layout parameter has the shared casket
-    only."""
-    import pyqstore.flow as pf
-    from pyqstore.flow import runner as rn
-
-    entry = _layout_entry()
-    if entry is None:
-        return [SHARED], "the runner takes no layout: its one layout is the shared casket"
-    for owner in (pf, rn):
-        declared = getattr(owner, "LAYOUTS", None)
-        if declared:
-            return [str(x) for x in declared], f"{owner.__name__}.LAYOUTS"
-    fn = Runner.__init__ if entry == "Runner" else rn.run
-    args = getattr(inspect.signature(fn).parameters["layout"].annotation, "__args__", None)
-    if args and all(isinstance(a, str) for a in args):
-        return list(args), "the layout parameter's Literal type"
-    return None, "the runner takes a layout but does not list them: each is tried"
-
-
 def run_flow(flow: Flow, directory: str, sync: bool = True, layout: Optional[str] = None,
              timeout: float = RUN_TIMEOUT) -> tuple[float, Any]:
     """Run flow on directory with the local runner; (wall seconds of the
@@ -228,23 +193,16 @@ def run_flow(flow: Flow, directory: str, sync: bool = True, layout: Optional[str
     timeout seconds (the runner is stopped first; a runner that takes the
     layout only in run() cannot be stopped, so that run has no timeout),
     or when a node failed an item."""
-    from pyqstore.flow import runner as rn
-
-    entry = _layout_entry() if layout is not None else None
+    kw: dict[str, Any] = {} if layout is None else {"layout": layout}
     t0 = time.perf_counter()
-    if entry == "run":
-        # entry is "run" only for a layout given (not None)
-        summary = rn.run(flow, directory, sync=sync, display=None, layout=str(layout))
-    else:
-        kw: dict[str, Any] = {} if entry is None else {"layout": layout}
-        runner = Runner(flow, directory, sync=sync, display=None, **kw)
-        timer = threading.Timer(timeout, runner.stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            summary = runner.run()
-        finally:
-            timer.cancel()
+    runner = Runner(flow, directory, sync=sync, display=None, **kw)
+    timer = threading.Timer(timeout, runner.stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        summary = runner.run()
+    finally:
+        timer.cancel()
     dt = time.perf_counter() - t0
     if not summary.finished:
         raise RuntimeError(f"flow {flow.name!r} did not finish within {timeout:.0f} s")
@@ -379,14 +337,12 @@ def chain(n: int, batch: int, sync: bool, layouts: list[str], reps: int = 1,
     """The runner's cost: the loop and the chain on each layout, reps
     rounds, alternating, each on fresh files; medians.  Every run must
     deliver each item once (count and sum of the item numbers)."""
-    supported, how = layouts_supported()
-    takes_layout = _layout_entry() is not None
     report: dict[str, Any] = {}
     usable = []
     for lay in layouts:
-        if supported is not None and lay not in supported:
+        if lay not in LAYOUTS:
             report[lay] = {"available": False,
-                           "reason": f"the runner's layouts are {', '.join(supported)} ({how})"}
+                           "reason": f"the runner's layouts are {', '.join(LAYOUTS)}"}
         else:
             usable.append(lay)
             report[lay] = {"available": True}
@@ -404,15 +360,7 @@ def chain(n: int, batch: int, sync: bool, layouts: list[str], reps: int = 1,
             loop_runs.append(dt)
             for lay in list(usable):
                 progress(f"chain, layout {lay}, round {r + 1}")
-                try:
-                    wall, flowing = run_chain(wd, n, batch, sync,
-                                              lay if takes_layout else None, timeout)
-                except (ValueError, TypeError, pyqstore.Error) as e:
-                    if supported is not None:
-                        raise
-                    usable.remove(lay)      # tried: the runner refuses it
-                    report[lay] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
-                    continue
+                wall, flowing = run_chain(wd, n, batch, sync, lay, timeout)
                 runs[lay].append({"wall_s": wall, "flowing_s": flowing})
     loop_s = statistics.median(loop_runs)
     loop_rate = n / loop_s
@@ -431,8 +379,8 @@ def chain(n: int, batch: int, sync: bool, layouts: list[str], reps: int = 1,
                   "by": ranked[0]["items_per_s"] / ranked[1]["items_per_s"]}
     return {"experiment": "flow-chain", "items": n, "item_bytes": ITEM_SIZE, "batch": batch,
             "sync": sync, "reps": reps, "machine": info, "layouts": report,
-            "layouts_found": how, "loop": {"seconds": loop_s, "items_per_s": loop_rate,
-                                           "runs": loop_runs},
+            "layouts_found": "pyqstore.flow.runner.LAYOUTS",
+            "loop": {"seconds": loop_s, "items_per_s": loop_rate, "runs": loop_runs},
             "chain": rows, "faster": faster, "required_ratio": 0.5, "goal_items_per_s": 1e6,
             "ok": all(x["ratio"] >= 0.5 for x in rows)}
 
