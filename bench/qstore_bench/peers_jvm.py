@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Optional, TypeVar
 
 from . import backends as bk
 from . import jvm
 
+_T = TypeVar("_T")
 _be64 = struct.Struct(">Q").pack
 _be32 = struct.Struct(">I").pack
 
@@ -27,7 +29,7 @@ class _Dialect:
     url = ""
     schema: list[str] = []
     upsert: Optional[str] = None            # else UPDATE, then INSERT when no row was there
-    head = ""                               # SELECT id, v of the first n items of a queue
+    head = ""                               # SELECT id, v of the first ? items of queue ?
     # whether a take must claim its rows one by one (see _JdbcStore.qget_many)
     claim_each = False
 
@@ -49,7 +51,7 @@ class _DerbyDialect(_Dialect):
         " name VARCHAR(64) NOT NULL, v BLOB NOT NULL)",
         "CREATE INDEX q_name ON q (name, id)",
     ]
-    head = "SELECT id, v FROM q WHERE name = ? ORDER BY id FETCH FIRST {n} ROWS ONLY"
+    head = "SELECT id, v FROM q WHERE name = ? ORDER BY id FETCH FIRST ? ROWS ONLY"
     # Derby's READ COMMITTED lets go of a row's shared lock once the SELECT
     # has read it, so two connections read the same head; Derby has no
     # DELETE ... RETURNING.  A DELETE of one id waits on the exclusive lock
@@ -74,7 +76,7 @@ class _SqliteJdbcDialect(_Dialect):
         "CREATE INDEX IF NOT EXISTS q_name ON q (name, id)",
     ]
     upsert = "INSERT OR REPLACE INTO kv VALUES (?, ?)"
-    head = "SELECT id, v FROM q WHERE name = ? ORDER BY id LIMIT {n}"
+    head = "SELECT id, v FROM q WHERE name = ? ORDER BY id LIMIT ?"
 
     def properties(self, sync: bool) -> dict[str, str]:
         return {"journal_mode": "WAL", "synchronous": "FULL" if sync else "NORMAL",
@@ -111,9 +113,12 @@ class _JdbcStore(bk.Store):
         self.len_q = p("SELECT COUNT(*) FROM q WHERE name = ?")
         self.del_q = p("DELETE FROM q WHERE name = ? AND id <= ?")
         self.del_id = p("DELETE FROM q WHERE id = ?")
-        self.heads: dict[int, Any] = {}
+        # one head for every n, compiled here: Derby compiles in the
+        # connection's transaction, reading the catalog, which a take's
+        # transaction is not to do while the writers draw ids from it
+        self.head = p(dialect.head)
         self.in_txn = False
-        self.retried = 0        # takes the engine rolled back and this ran again
+        self.retried = 0        # statements the engine rolled back and this ran again
         self.family.append(self)
 
     def begin(self) -> None:
@@ -130,15 +135,64 @@ class _JdbcStore(bk.Store):
         self.con.setAutoCommit(True)
         self.in_txn = False
 
+    def _retry(self, e: Any, attempt: int) -> bool:
+        """Whether a transaction that failed with SQLException e on its
+        attempt-th run (from 0) is to be run again: the engine rolled it back
+        to break a wait, as Derby's manual tells applications to handle."""
+        if str(e.getSQLState()) not in _RETRY_STATES or attempt + 1 == _ATTEMPTS:
+            return False
+        self.retried += 1
+        # the holder of the contended lock is another short transaction:
+        # an immediate rerun would find it still there
+        time.sleep(_BACKOFF * 2 ** attempt)
+        return True
+
+    def _update(self, ps: Any) -> int:
+        """ps.executeUpdate(), its parameters set.  Outside a transaction the
+        statement is one of its own (autocommit), which the engine may roll
+        back under concurrent writers even without a lock cycle: Derby's
+        identity column draws its next block of ids in a nested transaction
+        and gives up at once when another holds the catalog row
+        (SequenceUpdater's "too much contention", 40XL1).  Then it runs
+        again; inside the caller's transaction the caller decides."""
+        if self.in_txn:
+            return int(ps.executeUpdate())
+        for attempt in range(_ATTEMPTS):
+            try:
+                return int(ps.executeUpdate())
+            except self.jpype.java.sql.SQLException as e:
+                if not self._retry(e, attempt):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _transaction(self, work: Callable[[], _T]) -> _T:
+        """work() in a transaction of its own, committed; run again when the
+        engine rolled it back (see _retry).  Any failure rolls back, so that
+        no failed transaction keeps its locks."""
+        for attempt in range(_ATTEMPTS):
+            self.begin()
+            try:
+                out = work()
+                self.commit()
+                return out
+            except self.jpype.java.sql.SQLException as e:
+                self.rollback()
+                if not self._retry(e, attempt):
+                    raise
+            except BaseException:
+                self.rollback()
+                raise
+        raise AssertionError("unreachable")
+
     def put(self, key: bytes, value: bytes) -> None:
         if self.dialect.upsert is None:
             self.upd_kv.setBytes(1, value)
             self.upd_kv.setBytes(2, key)
-            if self.upd_kv.executeUpdate():
+            if self._update(self.upd_kv):
                 return
         self.ins_kv.setBytes(1, key)
         self.ins_kv.setBytes(2, value)
-        self.ins_kv.executeUpdate()
+        self._update(self.ins_kv)
 
     def _rows(self, ps: Any) -> list[list[bytes]]:
         rs = ps.executeQuery()
@@ -157,28 +211,25 @@ class _JdbcStore(bk.Store):
     def putdup(self, key: bytes, value: bytes) -> None:
         self.ins_dup.setBytes(1, key)
         self.ins_dup.setBytes(2, value)
-        self.ins_dup.executeUpdate()
+        self._update(self.ins_dup)
 
     def getdup(self, key: bytes) -> list[bytes]:
         self.get_dup.setBytes(1, key)
         return [bytes(r[0]) for r in self._rows(self.get_dup)]
 
     def _batch(self, ps: Any, rows: list[tuple[Any, bytes]]) -> None:
-        self.begin()
-        for a, b in rows:
-            if isinstance(a, str):
-                ps.setString(1, a)
-            else:
-                ps.setBytes(1, a)
-            ps.setBytes(2, b)
-            ps.addBatch()
-        try:
+        def insert() -> None:
+            ps.clearBatch()     # a rolled-back attempt may have left its rows
+            for a, b in rows:
+                if isinstance(a, str):
+                    ps.setString(1, a)
+                else:
+                    ps.setBytes(1, a)
+                ps.setBytes(2, b)
+                ps.addBatch()
             if rows:
                 ps.executeBatch()
-            self.commit()
-        except BaseException:
-            self.rollback()     # a failed batch keeps no locks
-            raise
+        self._transaction(insert)
 
     def seed_transaction(self, ids: list[bytes]) -> None:
         self._batch(self.ins_dup, [(k, i) for i in ids for k in (bk.QUEUE_KEY, i)])
@@ -189,38 +240,19 @@ class _JdbcStore(bk.Store):
     def qput(self, name: str, payload: bytes) -> None:
         self.ins_q.setString(1, name)
         self.ins_q.setBytes(2, payload)
-        self.ins_q.executeUpdate()
+        self._update(self.ins_q)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
         if n <= 0:      # Derby refuses FETCH FIRST 0 ROWS
             return []
         if self.in_txn:
             return self._take(name, n)
-        # a take of its own: a transaction the engine chose to roll back (a
-        # deadlock victim, a lock wait past its timeout) is run again, as
-        # Derby's manual tells applications to; any other error rolls back
-        # too, so that no failed take keeps its locks on the queue's head
-        for attempt in range(_TAKE_ATTEMPTS):
-            self.begin()
-            try:
-                rows = self._take(name, n)
-                self.commit()
-                return rows
-            except self.jpype.java.sql.SQLException as e:
-                self.rollback()
-                if str(e.getSQLState()) not in _RETRY_STATES or attempt + 1 == _TAKE_ATTEMPTS:
-                    raise
-                self.retried += 1
-            except BaseException:
-                self.rollback()
-                raise
-        raise AssertionError("unreachable")
+        return self._transaction(lambda: self._take(name, n))
 
     def _take(self, name: str, n: int) -> list[bytes]:
-        ps = self.heads.get(n)
-        if ps is None:
-            ps = self.heads[n] = self.con.prepareStatement(self.dialect.head.format(n=int(n)))
+        ps = self.head
         ps.setString(1, name)
+        ps.setInt(2, n)
         rs = ps.executeQuery()
         rows = []
         while rs.next():
@@ -293,9 +325,11 @@ class _Jvm(bk.Backend):
 
 
 # SQLStates of a transaction the engine rolled back to break a wait: a
-# deadlock victim (40001), a lock wait past derby.locks.waitTimeout (40XL1)
+# deadlock victim (40001), a lock wait past derby.locks.waitTimeout or an
+# identity column's contended catalog row (40XL1)
 _RETRY_STATES = frozenset({"40001", "40XL1"})
-_TAKE_ATTEMPTS = 5
+_ATTEMPTS = 8
+_BACKOFF = 0.001        # seconds before the first rerun, doubled for each next one
 
 # why JDBC's rows need a connection per thread
 _JDBC_NOT_SHARED = ("a JDBC connection's prepared statements hold their parameters from "

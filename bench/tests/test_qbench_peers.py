@@ -5,6 +5,7 @@ command; .ci/run installs them all."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 
 import pytest
@@ -451,6 +452,21 @@ def test_derby_leaves_no_log_in_the_working_directory(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@contextlib.contextmanager
+def _derby_pair(tmp_path):
+    """Two handles on one Derby database whose lock waits time out after 1 s."""
+    a = _backend("derby").open(str(tmp_path), False)
+    b = a.connect()
+    try:
+        st = a.con.createStatement()
+        st.execute("CALL SYSCS_UTIL.SYSCS_SET_DATABASE_PROPERTY('derby.locks.waitTimeout', '1')")
+        st.close()
+        yield a, b
+    finally:
+        b.close()
+        a.close()
+
+
 @needs("derby")
 def test_a_derby_take_rolled_back_on_a_lock_timeout_is_run_again(tmp_path):
     """A take that waits on another transaction's lock past Derby's wait
@@ -460,12 +476,7 @@ def test_a_derby_take_rolled_back_on_a_lock_timeout_is_run_again(tmp_path):
     import threading
     import time
 
-    a = _backend("derby").open(str(tmp_path), False)
-    b = a.connect()
-    try:
-        st = a.con.createStatement()
-        st.execute("CALL SYSCS_UTIL.SYSCS_SET_DATABASE_PROPERTY('derby.locks.waitTimeout', '1')")
-        st.close()
+    with _derby_pair(tmp_path) as (a, b):
         for i in range(3):
             a.qput("log", b"item-%d" % i)
         a.begin()
@@ -478,9 +489,43 @@ def test_a_derby_take_rolled_back_on_a_lock_timeout_is_run_again(tmp_path):
         t.join(60)
         assert taken == [b"item-1"] and b.retried >= 1
         assert a.qget_many("log", 5) == [b"item-2"]
-    finally:
-        b.close()
-        a.close()
+
+
+@needs("derby")
+@pytest.mark.parametrize("table, write, read", [
+    ("q", lambda s: s.qput("log", b"v"), lambda s: s.qget_many("log", 5)),
+    ("kv", lambda s: s.put(b"k", b"v"), lambda s: [s.get(b"k")]),
+    ("dup", lambda s: s.putdup(b"k", b"v"), lambda s: s.getdup(b"k")),
+    ("q", lambda s: s.queue_transaction([b"v"]), lambda s: s.qget_many("port", 5)),
+])
+def test_a_derby_write_rolled_back_on_a_lock_timeout_is_run_again(tmp_path, table, write, read):
+    """A write of its own (autocommit, or the store's own transaction) that
+    Derby rolls back with 40XL1 -- here a wait past the lock timeout on a
+    table another transaction locked; under concurrent writers, the
+    identity column's contended catalog row, which fails at once -- runs
+    again and is stored exactly once."""
+    import threading
+    import time
+
+    with _derby_pair(tmp_path) as (a, b):
+        lock = a.con.createStatement()
+        a.begin()
+        lock.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                write(b)
+            except BaseException as e:
+                errors.append(e)
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(2.5)         # past the 1 s wait: b's first attempt was rolled back
+        a.commit()
+        lock.close()
+        t.join(60)
+        assert not errors and b.retried >= 1
+        assert read(a) == [b"v"]
 
 
 @needs("bdb-je")
