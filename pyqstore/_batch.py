@@ -187,12 +187,12 @@ def _lease_arg(lease: Optional[float]) -> float:
     return s
 
 
-def _batch_from(queue: "Queue[T]", out: Any, op: str) -> "Batch[T]":
-    return _batch_of(queue, _undecoded(out))
+# a reservation not yet decoded: (token, ids, the payloads as stored)
+Reserved = tuple[int, list[int], list[bytes]]
 
 
-def _undecoded(out: Any) -> tuple[int, list[int], list[bytes]]:
-    """(token, ids, payloads) of a reservation's qs_items, which is freed."""
+def _undecoded(out: Any) -> Reserved:
+    """The reservation in a qs_items, which is freed."""
     from ._queue import _split
 
     token = out[0].token
@@ -200,7 +200,9 @@ def _undecoded(out: Any) -> tuple[int, list[int], list[bytes]]:
     return token, ids, raw
 
 
-def _batch_of(queue: "Queue[T]", reserved: tuple[int, list[int], list[bytes]]) -> "Batch[T]":
+def decoded(queue: "Queue[T]", reserved: Reserved) -> "Batch[T]":
+    """The Batch of a reservation.  DecodeError when a payload does not
+    decode with the queue's codec, the batch released."""
     from ._queue import Item, _decode_all
 
     token, ids, raw = reserved
@@ -217,11 +219,11 @@ def _batch_of(queue: "Queue[T]", reserved: tuple[int, list[int], list[bytes]]) -
 
 def reserve_many(queue: "Queue[T]", n: int, timeout: Optional[float],
                  lease: Optional[float]) -> "Batch[T]":
-    return _batch_of(queue, reserve_undecoded(queue, n, timeout, lease))
+    return decoded(queue, reserve_undecoded(queue, n, timeout, lease))
 
 
 def reserve_undecoded(queue: "Queue[T]", n: int, timeout: Optional[float],
-                      lease: Optional[float]) -> tuple[int, list[int], list[bytes]]:
+                      lease: Optional[float]) -> Reserved:
     """reserve_many's reservation as (token, ids, payloads), the payloads
     not yet decoded: decoded() makes the Batch.  It lets a caller reserve
     inside a transaction and decode after the commit, outside the
@@ -245,12 +247,6 @@ def reserve_undecoded(queue: "Queue[T]", n: int, timeout: Optional[float],
     return _undecoded(out)
 
 
-def decoded(queue: "Queue[T]", reserved: tuple[int, list[int], list[bytes]]) -> "Batch[T]":
-    """The Batch of a reserve_undecoded() reservation.  DecodeError when a
-    payload does not decode with the queue's codec, the batch released."""
-    return _batch_of(queue, reserved)
-
-
 def claim(queue: "Queue[T]", min_idle: float, n: int, lease: Optional[float]) -> "Batch[T]":
     from ._queue import _count_arg, seconds_arg
 
@@ -267,7 +263,7 @@ def claim(queue: "Queue[T]", min_idle: float, n: int, lease: Optional[float]) ->
         return Batch(queue, [], 0)
     if rc:
         raise queue._error(rc, "claim")
-    return _batch_from(queue, out, "claim")
+    return decoded(queue, _undecoded(out))
 
 
 def pending(queue: "Queue[Any]") -> list[Pending]:

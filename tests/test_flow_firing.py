@@ -199,18 +199,25 @@ def passthrough(batch):
     return batch
 
 
-def test_a_firing_reserves_the_next_batch_in_its_own_commit(tmp_path):
-    """One commit per firing of a node with one input: the firing's
-    transaction acks its batch, emits, and reserves the next batch (its
-    deliveries counted in that commit), so only the first reserve is a
-    commit of its own; the items still arrive once, in order."""
+def _chain(n):
+    """src (n items, one batch) -> work (passthrough, batches of 4) -> out
+    (the queue "result")."""
     f = Flow("t")
-    f.source("src", IterableSource(range(40)), batch=40)
+    f.source("src", IterableSource(range(n)), batch=n)
     f.node("work", passthrough, batch=4, maxsize=100, max_deliveries=3)
     f.sink("out", QueueSink("result"), maxsize=100, batch=100)
     f.edge("src", "work")
     f.edge("work", "out")
     f.validate()
+    return f
+
+
+def test_a_firing_reserves_the_next_batch_in_its_own_commit(tmp_path):
+    """One commit per firing of a node with one input: the firing's
+    transaction acks its batch, emits, and reserves the next batch (its
+    deliveries counted in that commit), so only the first reserve is a
+    commit of its own; the items still arrive once, in order."""
+    f = _chain(40)
     with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
         inst = instances(db, f)
         assert inst["src"].fire()
@@ -233,13 +240,7 @@ def test_a_batch_reserved_ahead_goes_back_when_the_node_closes(tmp_path):
     """A node stopped between two firings holds the batch its last firing
     reserved ahead; closing it gives that batch back at once (not after
     the lease), and the next instance takes the same items in order."""
-    f = Flow("t")
-    f.source("src", IterableSource(range(12)), batch=12)
-    f.node("work", passthrough, batch=4, maxsize=100)
-    f.sink("out", QueueSink("result"), maxsize=100, batch=100)
-    f.edge("src", "work")
-    f.edge("work", "out")
-    f.validate()
+    f = _chain(12)
     with pyqstore.open(str(tmp_path / "f.qdb"), sync=False) as db:
         inst = instances(db, f)
         assert inst["src"].fire()

@@ -20,9 +20,9 @@ import traceback
 from typing import Any, Callable, Optional
 
 from .. import Casket, Queue
-from .._batch import decoded, reserve_undecoded
+from .._batch import Batch, Reserved, decoded, reserve_undecoded
 from .._queue import CodecName
-from ..errors import Empty, FlowError, Full, OutboxFull
+from ..errors import DecodeError, Empty, FlowError, Full, OutboxFull
 from . import names
 from ._records import read_counter, write_counter
 from .graph import Edge, Flow, Node, work_arity
@@ -122,9 +122,9 @@ class Instance:
             self.inputs.append((port, casket.queue(qn, flow.codec(n.name, port))))
         self._next_input = 0
         #: a batch the last firing's transaction reserved for the next one
-        #: (a node with one input port): one commit per firing, not two
-        self._ahead: Optional[Any] = None
-        self._ahead_id: Optional[tuple[str, int]] = None    # a sink's: its number
+        #: (a node with one input port): one commit per firing, not two;
+        #: with a sink's number for it
+        self._ahead: Optional[tuple[Batch[Any], Optional[tuple[str, int]]]] = None
         self._queues: dict[str, Queue[Any]] = {}
         work = n.work
         self.work: Any = work() if inspect.isclass(work) else work
@@ -172,11 +172,11 @@ class Instance:
     def close(self) -> None:
         # a batch reserved ahead by the last firing goes back now, not when
         # its lease runs out (the node is stopping; another may take it)
-        ahead, self._ahead, self._ahead_id = self._ahead, None, None
+        ahead, self._ahead = self._ahead, None
         if ahead is not None:
             # a sink's record of the batch stays: the next instance hands
             # the same items under the same number
-            ahead.release()
+            ahead[0].release()
         if hasattr(self.work, "close") and self.node.kind == "node":
             self.work.close(self.ctx)
 
@@ -239,46 +239,45 @@ class Instance:
                     for what, by in counts.items():
                         self._bump(what, by)
                     self._fired()
-                    ahead, ahead_id = self._reserve_ahead(batch)
+                    ahead = self._reserve_ahead(batch)
                 self.ctx._reset()
-                self._take_ahead(batch, ahead, ahead_id)
+                if ahead is not None:
+                    self._take_ahead(batch.queue, *ahead)
                 return True
             except (Full, OutboxFull):
                 pass
             if not self._wait_for_room(puts):
                 return False
 
-    def _reserve_ahead(self, batch: Any) -> tuple[Any, Optional[tuple[str, int]]]:
+    def _reserve_ahead(self, batch: Any) -> Optional[tuple[Reserved, Optional[tuple[str, int]]]]:
         """Inside the firing's transaction: reserve the next batch of the
         same input, so that its reserve (and the deliveries it counts)
         commits with this firing instead of in a commit of its own; a sink
         numbers it there too, which is as atomic as the numbering in a
-        reserve of its own.  (batch, a sink's batch id), or (None, None) for
-        a source, a node with several inputs (it takes them in turn), when
-        told to stop, or when nothing is there (a reserve in a transaction
-        never waits)."""
+        reserve of its own.  (the reservation, a sink's batch id), or None
+        for a source, a node with several inputs (it takes them in turn),
+        when told to stop, or when nothing is there (a reserve in a
+        transaction never waits)."""
         if batch is None or len(self.inputs) != 1 or self.should_stop():
-            return None, None
+            return None
         q = batch.queue
         try:
             # decoded after the commit, outside the casket's write lock
             # (which the other nodes of a shared casket are waiting for)
             ahead = reserve_undecoded(q, self.node.batch, None, None)
         except Empty:
-            return None, None
+            return None
         if not self.stable:
             return ahead, None
         return ahead, (q.name, self._number(ahead[1][0], len(ahead[1])))
 
-    def _take_ahead(self, batch: Any, ahead: Any, ahead_id: Optional[tuple[str, int]]) -> None:
-        if ahead is None:
-            return
+    def _take_ahead(self, q: Queue[Any], ahead: Reserved,
+                    batch_id: Optional[tuple[str, int]]) -> None:
         try:
-            self._ahead = decoded(batch.queue, ahead)
-        except Exception:
+            self._ahead = (decoded(q, ahead), batch_id)
+        except DecodeError:
             # released: the next reserve meets the payload as any reserve does
-            return
-        self._ahead_id = ahead_id
+            pass
 
     def _number(self, first: int, count: int) -> int:
         """A sink's next batch number, recorded with the ids it covers (the
@@ -359,10 +358,10 @@ class Instance:
         return batch
 
     def _fire_port(self, port: str, q: Queue[Any], timeout: float) -> bool:
-        if self._ahead is not None and self._ahead.queue is q:
-            batch, self._ahead = self._ahead, None
-            if self.stable:
-                self.ctx.batch_id, self._ahead_id = self._ahead_id, None
+        if self._ahead is not None and self._ahead[0].queue is q:
+            (batch, batch_id), self._ahead = self._ahead, None
+            if batch_id is not None:
+                self.ctx.batch_id = batch_id
         else:
             try:
                 batch = self._reserve(q, timeout)
