@@ -71,6 +71,45 @@ def test_accept_applies_in_order_and_refuses_duplicates_and_gaps(receiver, inbox
     assert inbox.mark(EDGE, SENDER) == 3
 
 
+def test_accept_many_applies_a_run_in_one_commit_up_to_the_first_gap(receiver, inbox):
+    port = receiver.queue("in")
+    commits = receiver.stats()["commits"]
+    assert inbox.accept_many(EDGE, SENDER, [(1, [b"a"]), (2, [b"b", b"c"]), (3, [b"d"])]) == \
+        [Verdict.ACCEPTED] * 3
+    assert receiver.stats()["commits"] == commits + 1
+    # duplicates first, then new ones, then an early one: nothing after it
+    assert inbox.accept_many(EDGE, SENDER, [(2, [b"b", b"c"]), (3, [b"d"]), (4, [b"e"]),
+                                            (6, [b"g"]), (5, [b"f"])]) == \
+        [Verdict.DUPLICATE, Verdict.DUPLICATE, Verdict.ACCEPTED, Verdict.GAP]
+    assert list(port.iter()) == [b"a", b"b", b"c", b"d", b"e"]
+    assert inbox.mark(EDGE, SENDER) == 4
+    before = contents(receiver)
+    assert inbox.accept_many(EDGE, SENDER, [(1, [b"a"]), (4, [b"e"])]) == \
+        [Verdict.DUPLICATE, Verdict.DUPLICATE]
+    assert contents(receiver) == before
+
+
+def test_accept_many_commits_the_batches_before_one_that_does_not_fit(receiver, inbox):
+    receiver.queue("in", maxsize=3)
+    assert inbox.accept_many(EDGE, SENDER, [(1, [b"a"]), (2, [b"b"]), (3, [b"c", b"d"]),
+                                            (4, [b"e"])]) == \
+        [Verdict.ACCEPTED, Verdict.ACCEPTED, Verdict.FULL]
+    assert list(receiver.queue("in").iter()) == [b"a", b"b"] and inbox.mark(EDGE, SENDER) == 2
+
+
+@pytest.mark.parametrize("batches, exc, words", [
+    ([], pyqstore.InvalidArgumentError, "no batches"),
+    ([(1, [b"a"]), (2, ["b"])], TypeError, "payload 0 must be bytes-like, not str"),
+    ([(1, [b"a"]), (0, [b"b"])], pyqstore.InvalidArgumentError, "must be >= 1, not 0"),
+    ([(1, [b"a"]), (2.0, [b"b"])], TypeError, "must be an int, not float"),
+])
+def test_accept_many_checks_every_batch_before_storing_any(receiver, inbox, batches, exc, words):
+    before = contents(receiver)
+    with pytest.raises(exc, match=words):
+        inbox.accept_many(EDGE, SENDER, batches)
+    assert contents(receiver) == before and inbox.mark(EDGE, SENDER) == 0
+
+
 def test_marks_are_per_edge_and_sender(receiver, inbox):
     assert inbox.accept(EDGE, "src#0", 1, [b"x0"]) is Verdict.ACCEPTED
     assert inbox.accept(EDGE, "src#1", 1, [b"y0"]) is Verdict.ACCEPTED
@@ -318,6 +357,34 @@ def test_transfer_retries_transport_errors_and_gaps(sender, receiver, inbox):
     assert transfer(box, flaky, backoff=0.001) == 3
     assert calls == [1, 1, 1, 1, 2, 2, 3]
     assert list(receiver.queue("in").iter()) == [b"a", b"b", b"c"]
+
+
+def test_transfer_offers_its_window_in_one_call_to_accept_many(sender, receiver, inbox):
+    """One call per window; an answer that stops early (a transport that
+    waited for an earlier, shorter call) removes the prefix and offers the
+    rest at once; a transport error is offered again."""
+    box = Outbox(sender, EDGE, SENDER, claim(sender), max_batches=8)
+    for i in range(6):
+        put_batch(box, sender, [b"%d" % i])
+    calls = []
+
+    def many(edge, who, run):
+        calls.append([seq for seq, _ in run])
+        if len(calls) == 1:
+            raise ConnectionResetError("receiver went away")
+        if len(calls) == 2:
+            return inbox.accept_many(edge, who, run[:2])     # answers two of them
+        return inbox.accept_many(edge, who, run)
+
+    def single(*args):
+        raise AssertionError("accept called with accept_many given")
+    assert transfer(box, single, window=4, backoff=0.001, accept_many=many) == 6
+    assert calls == [[1, 2, 3, 4], [1, 2, 3, 4], [3, 4, 5, 6]]
+    assert list(receiver.queue("in").iter()) == [b"%d" % i for i in range(6)]
+    assert box.held() == 0
+    put_batch(box, sender, [b"x"])
+    with pytest.raises(pyqstore.InvalidArgumentError, match="answered 2 verdicts for 1 batches"):
+        transfer(box, single, accept_many=lambda *a: [Verdict.ACCEPTED] * 2)
 
 
 def test_transfer_raises_what_is_not_a_transport_error(sender, inbox):

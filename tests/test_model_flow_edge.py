@@ -10,7 +10,10 @@ The model is plain Python:
   applied (what each accept must answer follows from it);
 * ``received``: every payload the inbox applied, in the order applied (the
   input queue must hold exactly this);
-* ``channel`` / ``answers``: the calls and the replies in flight.
+* ``channel`` / ``answers``: the calls and the replies in flight; a call
+  carries a run of one to three of a sender's batches (more than one: one
+  ``accept_many``, whose verdicts follow the mark batch by batch and stop
+  at the first GAP).
 
 Any in-flight message may be delivered (and kept, as a duplicate), lost, or
 left for later; the sender may offer any of its unsent batches, not only the
@@ -56,8 +59,8 @@ class EdgeModel:
         self.put: dict[str, list[bytes]] = {s: [] for s in SENDERS}
         self.mark = {s: 0 for s in SENDERS}
         self.received: list[bytes] = []
-        self.channel: list[tuple[str, int, list[bytes]]] = []
-        self.answers: list[tuple[str, int, Verdict]] = []
+        self.channel: list[tuple[str, list[tuple[int, list[bytes]]]]] = []
+        self.answers: list[tuple[str, list[tuple[int, Verdict]]]] = []
 
     # ------------------------------------------------------------ helpers
 
@@ -100,29 +103,36 @@ class EdgeModel:
         else:
             assert seq is None
 
-    def send(self, s: str, i: int) -> None:
+    def send(self, s: str, i: int, n: int = 1) -> None:
         pending = self.outboxes[s].pending(100)
         if pending:
-            seq, payloads = pending[i % len(pending)]
-            self.channel.append((s, seq, payloads))
+            start = i % len(pending)
+            self.channel.append((s, pending[start:start + n]))
 
     def deliver(self, j: int, keep: bool) -> None:
         if not self.channel:
             return
-        s, seq, payloads = self.channel[j % len(self.channel)]
+        s, run = self.channel[j % len(self.channel)]
         if not keep:
             del self.channel[j % len(self.channel)]
-        verdict = self.inbox.accept(EDGE, s, seq, payloads)
-        mark = self.mark[s]
-        if seq == mark + 1:
-            assert verdict is Verdict.ACCEPTED
-            self.mark[s] = seq
-            self.received.extend(payloads)
-        elif seq <= mark:
-            assert verdict is Verdict.DUPLICATE
+        if len(run) == 1:
+            verdicts = [self.inbox.accept(EDGE, s, *run[0])]
         else:
-            assert verdict is Verdict.GAP
-        self.answers.append((s, seq, verdict))
+            verdicts = self.inbox.accept_many(EDGE, s, run)
+        want = []
+        for seq, payloads in run:
+            mark = self.mark[s]
+            if seq == mark + 1:
+                want.append(Verdict.ACCEPTED)
+                self.mark[s] = seq
+                self.received.extend(payloads)
+            elif seq <= mark:
+                want.append(Verdict.DUPLICATE)
+            else:
+                want.append(Verdict.GAP)
+                break
+        assert verdicts == want
+        self.answers.append((s, [(seq, v) for (seq, _), v in zip(run, verdicts)]))
 
     def lose(self, j: int) -> None:
         if not self.channel:
@@ -132,11 +142,12 @@ class EdgeModel:
     def answer(self, k: int, keep: bool) -> None:
         if not self.answers:
             return
-        s, seq, verdict = self.answers[k % len(self.answers)]
+        s, verdicts = self.answers[k % len(self.answers)]
         if not keep:
             del self.answers[k % len(self.answers)]
-        if verdict is not Verdict.GAP:
-            self.outboxes[s].sent(seq)
+        held = [seq for seq, v in verdicts if v is not Verdict.GAP]
+        if held:
+            self.outboxes[s].sent(held[-1])
 
     def lose_answer(self, k: int) -> None:
         if not self.answers:
@@ -180,7 +191,10 @@ class EdgeModel:
         """transfer() empties every outbox: then each sender's payloads are
         in the port exactly once, in order."""
         for s in SENDERS:
-            transfer(self.outboxes[s], self.no_gap_accept)
+            # one sender's outbox in windows of calls to accept_many
+            many = self.no_gap_accept_many if s == SENDERS[0] else None
+            transfer(self.outboxes[s], self.no_gap_accept, window=MAX_BATCHES,
+                     accept_many=many)
             assert self.outboxes[s].next() is None
         got = list(self.caskets["r"].queue("in").iter())
         for s in SENDERS:
@@ -195,6 +209,13 @@ class EdgeModel:
         assert verdict is not Verdict.GAP, f"batch {seq} of {s}: the batches before it are lost"
         return verdict
 
+    def no_gap_accept_many(self, edge: str, s: str,
+                           run: list[tuple[int, list[bytes]]]) -> list[Verdict]:
+        verdicts = self.inbox.accept_many(edge, s, run)
+        assert Verdict.GAP not in verdicts, f"{run[0][0]} of {s}: the batches before it are lost"
+        assert len(verdicts) == len(run)
+        return verdicts
+
     def close(self) -> None:
         for c in self.caskets.values():
             c.close()
@@ -204,8 +225,8 @@ class EdgeModel:
 steps = st.lists(st.one_of(
     st.tuples(st.just("fire"), senders, batches, st.booleans()),
     st.tuples(st.just("fire"), senders, batches, st.just(True)),
-    st.tuples(st.just("send"), senders, indexes),
-    st.tuples(st.just("send"), senders, indexes),
+    st.tuples(st.just("send"), senders, indexes, st.integers(1, 3)),
+    st.tuples(st.just("send"), senders, indexes, st.just(1)),
     st.tuples(st.just("deliver"), indexes, st.booleans()),
     st.tuples(st.just("deliver"), indexes, st.booleans()),
     st.tuples(st.just("lose"), indexes),

@@ -24,7 +24,7 @@ import os
 import struct
 import threading
 import time
-from typing import Callable, Iterable, Mapping, Optional, Union
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from .. import Casket, Queue
 from ..errors import (
@@ -39,7 +39,8 @@ from ..errors import (
 from ._records import read_counter, write_counter
 from .owner import require_owner
 
-__all__ = ["Verdict", "Outbox", "Inbox", "transfer", "Accept", "TRANSPORT_ERRORS"]
+__all__ = ["Verdict", "Outbox", "Inbox", "transfer", "Accept", "AcceptMany",
+           "TRANSPORT_ERRORS"]
 
 Payload = Union[bytes, bytearray, memoryview]
 
@@ -84,6 +85,11 @@ class Verdict(enum.Enum):
 #: ``accept(edge, sender, seq, payloads) -> Verdict``; payloads [] is the
 #: sender's end of stream on that edge.
 Accept = Callable[[str, str, int, list[bytes]], Verdict]
+
+#: The same for several batches of one sender on one edge in one call:
+#: ``accept_many(edge, sender, [(seq, payloads), ...]) -> [Verdict, ...]``,
+#: a verdict for each batch in order up to the first GAP or FULL.
+AcceptMany = Callable[[str, str, list[tuple[int, list[bytes]]]], list[Verdict]]
 
 #: What :func:`transfer` takes for a failed call that may succeed later
 #: (a receiver that is down, restarting, or holds its write lock).
@@ -361,38 +367,62 @@ class Inbox:
         transaction: the payloads go to the edge's input port and the mark
         becomes seq when seq is the mark + 1 (ACCEPTED); a seq <= mark was
         applied before (DUPLICATE, nothing changes); a seq > mark + 1 comes
-        before a batch still missing (GAP, nothing stored).  UnknownEdge for
-        an edge this inbox does not receive; TypeError/InvalidArgumentError
-        for a bad name, seq (< 1) or payload (not bytes-like, or none);
-        StaleOwner once another owner claimed the casket."""
+        before a batch still missing (GAP, nothing stored); an input port
+        without room for the batch refuses it (FULL, nothing stored).
+        UnknownEdge for an edge this inbox does not receive;
+        TypeError/InvalidArgumentError for a bad name, seq (< 1) or payload
+        (not bytes-like, or none); StaleOwner once another owner claimed
+        the casket."""
+        return self.accept_many(edge, sender, [(seq, payloads)])[0]
+
+    def accept_many(self, edge: str, sender: str,
+                    batches: Sequence[tuple[int, Iterable[Payload]]]) -> list[Verdict]:
+        """:meth:`accept` for several batches of sender on edge, in order,
+        in one transaction (one commit, and for a remote sender one call):
+        the verdict of each, up to and including the first GAP or FULL
+        (the batches after it are not looked at: each would be a GAP).
+        Every argument is checked before anything is stored; errors as
+        :meth:`accept`, InvalidArgumentError for no batches."""
         port = self._ports.get(_name(edge, "edge"))
         if port is None:
             raise UnknownEdge(f"{self!r} receives no edge {edge!r} (it receives "
                               f"{', '.join(map(repr, sorted(self._ports)))})")
         key = _key(b"flow/mark/", edge, _name(sender, "sender"))
-        seq = _seq(seq)
-        items = _payloads(payloads)
+        if not batches:
+            raise InvalidArgumentError("accept_many: no batches")
+        checked = [(_seq(seq), _payloads(payloads)) for seq, payloads in batches]
         casket = self._casket
-        try:
-            with casket.transaction():
-                require_owner(casket, self.epoch)
-                mark = read_counter(casket, key)
+        verdicts: list[Verdict] = []
+        with casket.transaction():
+            require_owner(casket, self.epoch)
+            mark = first = read_counter(casket, key)
+            for seq, items in checked:
+                if seq <= mark:
+                    verdicts.append(Verdict.DUPLICATE)
+                    continue
                 if seq != mark + 1:
-                    return Verdict.DUPLICATE if seq <= mark else Verdict.GAP
+                    verdicts.append(Verdict.GAP)
+                    break
                 if items:
-                    port.put_many(items)
+                    try:
+                        port.put_many(items)    # all or, Full, none of them
+                    except Full:
+                        verdicts.append(Verdict.FULL)
+                        break
                 else:
                     write_counter(casket, _key(b"flow/end/", edge, sender), seq)
-                write_counter(casket, key, seq)
-        except Full:
-            return Verdict.FULL
-        return Verdict.ACCEPTED
+                mark = seq
+                verdicts.append(Verdict.ACCEPTED)
+            if mark != first:
+                write_counter(casket, key, mark)
+        return verdicts
 
 
 def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
              stop: Optional[threading.Event] = None,
              retry_on: tuple[type[BaseException], ...] = TRANSPORT_ERRORS,
-             backoff: float = 0.01, max_backoff: float = 1.0, window: int = 1) -> int:
+             backoff: float = 0.01, max_backoff: float = 1.0, window: int = 1,
+             accept_many: Optional[AcceptMany] = None) -> int:
     """Move the outbox's batches to the receiver, oldest first: offer up to
     ``window`` of them in order, each to ``accept(edge, sender, seq,
     payloads)``, and remove those up to the last answered ACCEPTED or
@@ -404,6 +434,10 @@ def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
     raised.  When the outbox is empty, wait up to ``wait`` seconds (None:
     no limit) for a batch.  Returns the number of batches delivered, when
     the outbox stayed empty for ``wait`` or once stop is set.
+
+    With ``accept_many``, the batches offered at a time go in one call to
+    it instead of one call to accept each: one round trip and one commit
+    of the receiver for the whole window, with the same verdicts.
 
     Only one transfer may run per outbox at a time (its removals assume the
     batches it offered are still at the front)."""
@@ -419,12 +453,7 @@ def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
             continue
         held: Optional[int] = None
         refused = False
-        for seq, payloads in batches:
-            try:
-                verdict: Optional[Verdict] = Verdict(accept(outbox.edge, outbox.sender, seq,
-                                                            payloads))
-            except retry_on:
-                verdict = None
+        for seq, verdict in _offer(outbox, accept, accept_many, batches, retry_on):
             if verdict is Verdict.ACCEPTED or verdict is Verdict.DUPLICATE:
                 held = seq
                 delivered += 1
@@ -442,3 +471,31 @@ def transfer(outbox: Outbox, accept: Accept, *, wait: Optional[float] = 0.0,
             time.sleep(pause)
         pause = min(pause * 2, max_backoff)
     return delivered
+
+
+def _offer(outbox: Outbox, accept: Accept, accept_many: Optional[AcceptMany],
+           batches: list[tuple[int, list[bytes]]],
+           retry_on: tuple[type[BaseException], ...]) -> Iterator[tuple[int, Optional[Verdict]]]:
+    """(seq, its verdict) for the batches offered, in order, as far as the
+    answers go: None for a call that raised one of retry_on.  An answer of
+    accept_many may stop early (at a GAP or FULL, or, from a transport
+    that waited for an earlier call, after the batches that call carried):
+    the rest are offered again by the next round."""
+    if accept_many is None:
+        for seq, payloads in batches:
+            try:
+                yield seq, Verdict(accept(outbox.edge, outbox.sender, seq, payloads))
+            except retry_on:
+                yield seq, None
+                return
+        return
+    try:
+        verdicts = [Verdict(v) for v in accept_many(outbox.edge, outbox.sender, batches)]
+    except retry_on:
+        verdicts = []
+    if len(verdicts) > len(batches):
+        raise InvalidArgumentError(f"accept_many answered {len(verdicts)} verdicts for "
+                                   f"{len(batches)} batches")
+    if not verdicts:
+        yield batches[0][0], None
+    yield from zip((seq for seq, _ in batches), verdicts)

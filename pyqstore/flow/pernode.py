@@ -30,7 +30,7 @@ hold nothing.  The instance is finished when its outboxes are empty too.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from .. import Casket
 from .._queue import _encoded, resolve_codec
@@ -124,7 +124,15 @@ class NodeInstance(Instance):
         that runs in the receiving instance's process (a Ray actor call)."""
         if self.inbox is None:
             raise LookupError(f"node {self.node.name!r} is a source: it receives no edge")
-        return self.inbox.accept(edge, sender, seq, payloads)
+        return self.accept_many(edge, sender, [(seq, payloads)])[0]
+
+    def accept_many(self, edge: str, sender: str,
+                    batches: Sequence[tuple[int, list[bytes]]]) -> list[Verdict]:
+        """:meth:`accept` for several batches in one transaction
+        (:meth:`Inbox.accept_many <pyqstore.flow.edge.Inbox.accept_many>`)."""
+        if self.inbox is None:
+            raise LookupError(f"node {self.node.name!r} is a source: it receives no edge")
+        return self.inbox.accept_many(edge, sender, batches)
 
     def drained(self) -> bool:
         """Every batch this instance put in its outboxes was delivered."""
@@ -192,8 +200,8 @@ class NodeInstance(Instance):
 
 class Sender:
     """The sender loop of one instance: a thread per outbox that offers its
-    batches, oldest first and all it holds at a time (one ``sent`` for
-    them), to the receiving instance through a transport
+    batches, oldest first and all it holds at a time (one call and one
+    ``sent`` for them), to the receiving instance through a transport
     the factory makes for it (:func:`pyqstore.flow.edge.transfer`), and
     waits for the next batch on the outbox's futex word when it is empty.
     A GAP, a FULL or a transport error is offered again after a pause of
@@ -223,7 +231,8 @@ class Sender:
             transport = self.transports(node, j)
             while not self._stop.is_set():
                 transfer(box, transport.accept, wait=0.1, stop=self._stop, backoff=0.001,
-                         max_backoff=self.max_backoff, window=box.max_batches)
+                         max_backoff=self.max_backoff, window=box.max_batches,
+                         accept_many=transport.accept_many)
         except BaseException as e:      # the worker reads it and ends the process
             if self.error is None:
                 self.error = e

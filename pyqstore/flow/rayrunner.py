@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from ..errors import FlowError
 from .edge import Verdict
@@ -71,8 +71,10 @@ def _volumes(flow: Flow, volumes: Optional[Mapping[str, str]]) -> dict[str, str]
 
 
 class RayTransport:
-    """The edge's transport between actors: :meth:`accept` is an actor
-    call to the receiving instance's ``accept``.  A call that does not
+    """The edge's transport between actors: :meth:`accept_many` is one
+    actor call to the receiving instance's ``accept_many`` for every
+    batch the sender offers at a time (:meth:`accept`, for one batch).  A
+    call that does not
     answer (the receiver is down, restarting, or on a machine being
     replaced) is waited for in steps of POLL seconds, the same call: Ray
     retries it on the restarted actor (``max_task_retries=-1``), so no
@@ -86,7 +88,7 @@ class RayTransport:
         self.receiver = actor_name(run, node, instance)
         self.stop = stop or threading.Event()
         self._handle: Any = None
-        # the call in flight: (edge, sender, seq) and its object ref
+        # the call in flight: (edge, sender, its first seq) and its object ref
         self._pending: Optional[tuple[tuple[str, str, int], Any]] = None
 
     def __repr__(self) -> str:
@@ -102,25 +104,32 @@ class RayTransport:
         return self._handle
 
     def accept(self, edge: str, sender: str, seq: int, payloads: list[bytes]) -> Verdict:
+        return self.accept_many(edge, sender, [(seq, payloads)])[0]
+
+    def accept_many(self, edge: str, sender: str,
+                    batches: Sequence[tuple[int, list[bytes]]]) -> list[Verdict]:
         ray = _ray()
         from ray.exceptions import RayActorError  # type: ignore[import-not-found, unused-ignore]
 
-        key = (edge, sender, seq)
+        key = (edge, sender, batches[0][0])
         if self._pending is not None and self._pending[0] == key:
-            ref = self._pending[1]       # the same batch again: wait for that call
+            # offered again from the same first batch: wait for the call
+            # still in flight (its verdicts cover a prefix; the next offer
+            # carries the rest)
+            ref = self._pending[1]
         else:
-            ref = self._actor().accept.remote(edge, sender, seq, payloads)
+            ref = self._actor().accept_many.remote(edge, sender, list(batches))
             self._pending = (key, ref)
         while True:
             ready, _ = ray.wait([ref], timeout=POLL)
             if ready:
                 break
             if self.stop.is_set():
-                raise ConnectionError(f"{self!r}: stopped while batch {seq} of {sender!r} "
-                                      f"on {edge!r} waited for an answer")
+                raise ConnectionError(f"{self!r}: stopped while batches from {batches[0][0]} "
+                                      f"of {sender!r} on {edge!r} waited for an answer")
         self._pending = None
         try:
-            return Verdict(ray.get(ref))
+            return [Verdict(v) for v in ray.get(ref)]
         except RayActorError as e:
             self._handle = None          # dead for good: look it up again next time
             raise ConnectionError(f"{self!r}: {type(e).__name__}: {e}") from None
@@ -181,10 +190,11 @@ class NodeActor:
             self.error = f"{type(e).__name__}: {e}"
             self.sender.stop()
 
-    def accept(self, edge: str, sender: str, seq: int, payloads: list[bytes]) -> str:
+    def accept_many(self, edge: str, sender: str,
+                    batches: list[tuple[int, list[bytes]]]) -> list[str]:
         """The receiving end of the RayTransport: the instance's
-        Inbox.accept; the verdict's value (a str) travels back."""
-        return self.inst.accept(edge, sender, seq, payloads).value
+        Inbox.accept_many; the verdicts' values (strs) travel back."""
+        return [v.value for v in self.inst.accept_many(edge, sender, batches)]
 
     def progress(self) -> dict[str, Any]:
         """The instance's counters, read from its casket, and its state."""

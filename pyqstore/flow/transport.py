@@ -22,7 +22,7 @@ process) only has to carry the four arguments and the verdict.
 from __future__ import annotations
 
 import os
-from typing import Callable, Mapping, Optional, Protocol
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from .. import Casket
 from .. import open as open_casket
@@ -44,6 +44,15 @@ class Transport(Protocol):
         the verdict; payloads [] is the sender's end of stream.  Raises one
         of TRANSPORT_ERRORS when the receiver could not be reached (try
         again later)."""
+        ...
+
+    def accept_many(self, edge: str, sender: str,
+                    batches: Sequence[tuple[int, list[bytes]]]) -> list[Verdict]:
+        """Several batches of sender on edge, in order, in one call (the
+        receiver's :meth:`Inbox.accept_many
+        <pyqstore.flow.edge.Inbox.accept_many>`: one commit): their
+        verdicts as far as it got, which may be fewer than the batches.
+        Raises as :meth:`accept`."""
         ...
 
     def close(self) -> None:
@@ -85,13 +94,17 @@ class LocalTransport:
         return f"<pyqstore.flow.LocalTransport to {self.path!r}>"
 
     def accept(self, edge: str, sender: str, seq: int, payloads: list[bytes]) -> Verdict:
+        return self.accept_many(edge, sender, [(seq, payloads)])[0]
+
+    def accept_many(self, edge: str, sender: str,
+                    batches: Sequence[tuple[int, list[bytes]]]) -> list[Verdict]:
         if self._inbox is None:
             # the runner made and claimed every casket before any node
             # started: "w", so a wrong directory is an error, not a new casket
             self._casket = open_casket(self.path, "w", sync=self.sync)
             self._inbox = Inbox(self._casket, self.epoch, self.ports)
         try:
-            return self._inbox.accept(edge, sender, seq, payloads)
+            return self._inbox.accept_many(edge, sender, batches)
         except LockedError as e:
             # the receiver held its write lock for lock_timeout (it is
             # stopped, or stalled): unreachable for now, not a failure
