@@ -97,6 +97,25 @@ def test_accept_many_commits_the_batches_before_one_that_does_not_fit(receiver, 
     assert list(receiver.queue("in").iter()) == [b"a", b"b"] and inbox.mark(EDGE, SENDER) == 2
 
 
+def test_accept_many_with_a_wait_takes_a_batch_once_the_consumer_makes_room(receiver, inbox):
+    port = receiver.queue("in", maxsize=2)
+    assert inbox.accept_many(EDGE, SENDER, [(1, [b"a", b"b"]), (2, [b"c"])]) == \
+        [Verdict.ACCEPTED, Verdict.FULL]
+    consumer = threading.Timer(0.1, lambda: port.get_many(2))
+    consumer.start()
+    try:
+        assert inbox.accept_many(EDGE, SENDER, [(2, [b"c"]), (3, [b"d"])], wait=30) == \
+            [Verdict.ACCEPTED, Verdict.ACCEPTED]
+    finally:
+        consumer.join()
+    assert list(port.iter()) == [b"c", b"d"] and inbox.mark(EDGE, SENDER) == 3
+    # a wait that runs out answers FULL, nothing of that batch stored
+    assert inbox.accept_many(EDGE, SENDER, [(4, [b"e"])], wait=0.05) == [Verdict.FULL]
+    # a batch larger than the port's maxsize never fits: FULL without waiting
+    assert inbox.accept_many(EDGE, SENDER, [(4, [b"e", b"f", b"g"])], wait=30) == [Verdict.FULL]
+    assert list(port.iter()) == [b"c", b"d"]
+
+
 @pytest.mark.parametrize("batches, exc, words", [
     ([], pyqstore.InvalidArgumentError, "no batches"),
     ([(1, [b"a"]), (2, ["b"])], TypeError, "payload 0 must be bytes-like, not str"),

@@ -40,7 +40,7 @@ from ._records import read_counter, write_counter
 from .owner import require_owner
 
 __all__ = ["Verdict", "Outbox", "Inbox", "transfer", "Accept", "AcceptMany",
-           "TRANSPORT_ERRORS"]
+           "TRANSPORT_ERRORS", "ROOM_WAIT"]
 
 Payload = Union[bytes, bytearray, memoryview]
 
@@ -90,6 +90,12 @@ Accept = Callable[[str, str, int, list[bytes]], Verdict]
 #: ``accept_many(edge, sender, [(seq, payloads), ...]) -> [Verdict, ...]``,
 #: a verdict for each batch in order up to the first GAP or FULL.
 AcceptMany = Callable[[str, str, list[tuple[int, list[bytes]]]], list[Verdict]]
+
+#: How long a runner's receiver gives a batch that does not fit in its
+#: input port for the consumer to make room (Inbox.accept_many's wait),
+#: before it answers FULL: woken by the consumer's commit, where the
+#: sender, answered FULL, would look again only after its pause.
+ROOM_WAIT = 0.2
 
 #: What :func:`transfer` takes for a failed call that may succeed later
 #: (a receiver that is down, restarting, or holds its write lock).
@@ -376,13 +382,19 @@ class Inbox:
         return self.accept_many(edge, sender, [(seq, payloads)])[0]
 
     def accept_many(self, edge: str, sender: str,
-                    batches: Sequence[tuple[int, Iterable[Payload]]]) -> list[Verdict]:
+                    batches: Sequence[tuple[int, Iterable[Payload]]],
+                    wait: float = 0.0) -> list[Verdict]:
         """:meth:`accept` for several batches of sender on edge, in order,
         in one transaction (one commit, and for a remote sender one call):
         the verdict of each, up to and including the first GAP or FULL
         (the batches after it are not looked at: each would be a GAP).
-        Every argument is checked before anything is stored; errors as
-        :meth:`accept`, InvalidArgumentError for no batches."""
+        With ``wait`` > 0, a batch that does not fit is given up to that
+        many seconds, outside the transaction, for the port's consumer to
+        make room (woken by its commit), and it and the ones after it are
+        taken in a next transaction, rather than answered FULL at once and
+        offered again after the sender's pause.  Every argument is checked
+        before anything is stored; errors as :meth:`accept`,
+        InvalidArgumentError for no batches."""
         port = self._ports.get(_name(edge, "edge"))
         if port is None:
             raise UnknownEdge(f"{self!r} receives no edge {edge!r} (it receives "
@@ -391,6 +403,21 @@ class Inbox:
         if not batches:
             raise InvalidArgumentError("accept_many: no batches")
         checked = [(_seq(seq), _payloads(payloads)) for seq, payloads in batches]
+        verdicts = self._apply(port, edge, sender, key, checked)
+        end = time.monotonic() + wait
+        while verdicts[-1] is Verdict.FULL:
+            i = len(verdicts) - 1
+            left = end - time.monotonic()
+            try:
+                if left <= 0 or not port.wait_for_room(len(checked[i][1]), timeout=left):
+                    break
+            except ValueError:      # more than the port's maxsize: it never fits
+                break
+            verdicts[i:] = self._apply(port, edge, sender, key, checked[i:])
+        return verdicts
+
+    def _apply(self, port: Queue[bytes], edge: str, sender: str, key: bytes,
+               checked: list[tuple[int, list[bytes]]]) -> list[Verdict]:
         casket = self._casket
         verdicts: list[Verdict] = []
         with casket.transaction():

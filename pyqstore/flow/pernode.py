@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional, Sequence
 from .. import Casket
 from .._queue import _encoded, resolve_codec
 from . import names
-from .edge import Inbox, Outbox, Verdict, transfer
+from .edge import ROOM_WAIT, Inbox, Outbox, Verdict, transfer
 from .firing import Instance
 from .graph import Edge, Flow
 from .partition import partition
@@ -129,10 +129,11 @@ class NodeInstance(Instance):
     def accept_many(self, edge: str, sender: str,
                     batches: Sequence[tuple[int, list[bytes]]]) -> list[Verdict]:
         """:meth:`accept` for several batches in one transaction
-        (:meth:`Inbox.accept_many <pyqstore.flow.edge.Inbox.accept_many>`)."""
+        (:meth:`Inbox.accept_many <pyqstore.flow.edge.Inbox.accept_many>`),
+        a batch that does not fit given ROOM_WAIT seconds for room."""
         if self.inbox is None:
             raise LookupError(f"node {self.node.name!r} is a source: it receives no edge")
-        return self.inbox.accept_many(edge, sender, batches)
+        return self.inbox.accept_many(edge, sender, batches, ROOM_WAIT)
 
     def drained(self) -> bool:
         """Every batch this instance put in its outboxes was delivered."""

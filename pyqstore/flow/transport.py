@@ -28,7 +28,7 @@ from .. import Casket
 from .. import open as open_casket
 from ..errors import LockedError
 from . import names
-from .edge import Inbox, Verdict
+from .edge import ROOM_WAIT, Inbox, Verdict
 from .graph import Flow
 
 __all__ = ["Transport", "TransportFactory", "LocalTransport", "local_transports",
@@ -104,7 +104,7 @@ class LocalTransport:
             self._casket = open_casket(self.path, "w", sync=self.sync)
             self._inbox = Inbox(self._casket, self.epoch, self.ports)
         try:
-            return self._inbox.accept_many(edge, sender, batches)
+            return self._inbox.accept_many(edge, sender, batches, ROOM_WAIT)
         except LockedError as e:
             # the receiver held its write lock for lock_timeout (it is
             # stopped, or stalled): unreachable for now, not a failure
