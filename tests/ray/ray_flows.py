@@ -4,10 +4,12 @@ tests/ray on their path, so the module travels by value
 (:func:`by_value`)."""
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Optional
 
 from pyqstore.flow import Flow, IterableSource, QueueSink
 
@@ -27,8 +29,17 @@ def key_of(pair: tuple[int, int]) -> int:
 
 
 def to_pair(batch: list[int]) -> list[tuple[int, int]]:
-    time.sleep(0.005)               # slow enough that a kill lands mid-stream
+    time.sleep(0.005)
     return [(x % KEYS, x) for x in batch]
+
+
+def held_pairs(hold: str, start: int, batch: list[int]) -> list[tuple[int, int]]:
+    """to_pair, but a batch reaching item start waits while the file hold
+    exists: the test, not the machine's speed, decides that the stream is
+    still running when it kills or replaces something."""
+    while batch and batch[-1] >= start and os.path.exists(hold):
+        time.sleep(0.01)
+    return to_pair(batch)
 
 
 class SumByKey:
@@ -44,11 +55,13 @@ class SumByKey:
         return [(int(k), *ctx.state[k]) for k in ctx.state]
 
 
-def flow(n: int, name: str) -> Flow:
-    """source -> map x2 -> reduce x2 (partitioned by key) -> sink."""
+def flow(n: int, name: str, hold: Optional[str] = None) -> Flow:
+    """source -> map x2 -> reduce x2 (partitioned by key) -> sink; with
+    hold, the items from n // 2 on wait in the map while that file exists."""
     f = Flow(name)
     f.source("source", IterableSource(range(n)), batch=50)
-    f.node("map", to_pair, parallelism=2, batch=50, maxsize=2000)
+    work = to_pair if hold is None else functools.partial(held_pairs, hold, n // 2)
+    f.node("map", work, parallelism=2, batch=50, maxsize=2000)
     f.node("reduce", SumByKey, parallelism=2, batch=100, maxsize=2000)
     f.sink("sink", QueueSink("out"), batch=100)
     f.edge("source", "map")

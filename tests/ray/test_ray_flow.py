@@ -41,7 +41,9 @@ def _check(directory, n):
 def test_exactly_once_while_the_reduce_machine_is_replaced(cluster, tmp_path):
     n = 6000
     d = str(tmp_path)
-    run = rayrunner.start(ray_flows.flow(n, "replace"), d, name="replace",
+    hold = tmp_path / "hold"
+    hold.touch()        # the second half of the items waits in the map
+    run = rayrunner.start(ray_flows.flow(n, "replace", str(hold)), d, name="replace",
                           namespace="pyqstore-tests", volumes=ray_flows.VOLUMES, sync=False)
     try:
         old = cluster.node_id("b")
@@ -50,6 +52,7 @@ def test_exactly_once_while_the_reduce_machine_is_replaced(cluster, tmp_path):
         before = run.progress()
         assert not before["reduce"].finished and not before["sink"].finished
         cluster.replace("b")
+        hold.unlink()
         summary = run.wait(timeout=150)
         assert summary.finished
         info = run._poll(5.0)
@@ -74,7 +77,7 @@ DRIVER = textwrap.dedent("""
     from pyqstore.flow import rayrunner
     ray.init(address={address!r}, namespace="pyqstore-tests", log_to_driver=False)
     ray_flows.by_value()
-    run = rayrunner.start(ray_flows.flow({n}, "orphan"), {d!r}, name="orphan",
+    run = rayrunner.start(ray_flows.flow({n}, "orphan", {hold!r}), {d!r}, name="orphan",
                           namespace="pyqstore-tests", volumes=ray_flows.VOLUMES, sync=False)
     while run.progress()["reduce"].items_in == 0:
         time.sleep(0.05)
@@ -86,7 +89,9 @@ DRIVER = textwrap.dedent("""
 def test_a_new_driver_reattaches_by_name_after_the_first_died(cluster, tmp_path):
     n = 4000
     d = str(tmp_path)
-    script = DRIVER.format(here=HERE, address=cluster.address, n=n, d=d)
+    hold = tmp_path / "hold"
+    hold.touch()        # the second half of the items waits in the map
+    script = DRIVER.format(here=HERE, address=cluster.address, n=n, d=d, hold=str(hold))
     driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         line = driver.stdout.readline()
@@ -98,6 +103,7 @@ def test_a_new_driver_reattaches_by_name_after_the_first_died(cluster, tmp_path)
         run = rayrunner.attach("orphan", namespace="pyqstore-tests")
         try:
             assert not run.progress()["sink"].finished    # it was still running
+            hold.unlink()
             summary = run.wait(timeout=150)
             assert summary.finished and summary.nodes["source"].items_out == n
         finally:
