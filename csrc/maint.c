@@ -111,6 +111,15 @@ static int do_check(qs_casket *c, char *msg, size_t msgcap)
         snprintf(msg, msgcap, "%s%s: %s", c->path, LOG_SUFFIX, lmsg);
     else if (rc)
         snprintf(msg, msgcap, "reading the log failed: %s", qs_strerror(rc));
+    /* a damaged count must not size the page map: it could ask for GiBs */
+    uint64_t backed = 0;
+    if (rc == 0 && (rc = pg_backed_pages(p, &backed)) != 0)
+        snprintf(msg, msgcap, "reading the file's size failed: %s", qs_strerror(rc));
+    else if (rc == 0 && p->meta.npages > backed) {
+        snprintf(msg, msgcap, "the header counts %u pages; the file and its log hold %llu",
+                 (unsigned)p->meta.npages, (unsigned long long)backed);
+        rc = QS_CORRUPT;
+    }
     uint8_t *seen = rc ? NULL : calloc(p->meta.npages ? p->meta.npages : 1, 1);
     if (rc == 0 && !seen)
         rc = QS_NOMEM;

@@ -195,6 +195,15 @@ static int main_size_pages(pager *p, uint64_t *pages)
     return 0;
 }
 
+int pg_backed_pages(pager *p, uint64_t *pages)
+{
+    uint64_t main;
+    int rc = main_size_pages(p, &main);
+    if (rc == 0)
+        *pages = main + p->logidx.len;
+    return rc;
+}
+
 int pg_open(pager *p, int fd, int log_fd, int readonly, int create,
             size_t budget_pages, uint64_t checkpoint_bytes)
 {

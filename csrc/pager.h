@@ -127,6 +127,13 @@ int pg_checkpoint_unfinished(pager *p, int *yes);
  * or errno.  Changes nothing. */
 int pg_check_log(pager *p, char *msg, size_t cap);
 
+/* How many pages the casket holds data for at most: the main file's pages
+ * (a fresh fstat) plus the pages the log has frames of.  A meta.npages above
+ * it counts pages that exist nowhere (a damaged header or commit record).
+ * Returns 0 and sets *pages, or the errno of a failed fstat (*pages
+ * unchanged). */
+int pg_backed_pages(pager *p, uint64_t *pages);
+
 /* Learns the log file's size (another process may have grown or cut it)
  * before this handle writes to it.  Returns 0 or errno. */
 int pg_log_size(pager *p);
