@@ -158,7 +158,12 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
     flowing = fb._flowing(fb.read_clocks(stats), "source", "tally")
     out: dict[str, Any] = {"items": items, "seconds": elapsed, "items_per_s": items / elapsed,
                            "flowing_s": flowing, "flowing_items_per_s": items / flowing}
-    if killed is not None:
+    if kill_at is not None:
+        if killed is None:
+            # the table would have no kill to report: say so, not a KeyError
+            raise RuntimeError(f"the kill run of {items:,} items ended after {elapsed:.1f} s, "
+                               f"before a {sample:g} s sample saw {kill_at:.0%} of them at the "
+                               f"tally: give it more items (--kill-items)")
         out.update(kill_cost(samples, killed), replacement_join_s=joined)
     return out
 

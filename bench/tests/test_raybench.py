@@ -37,6 +37,17 @@ def test_flow_ray_runs_both_chains_and_a_kill(tmp_path):
     assert "required 0.5" in res.stdout and "a node kill" in res.stdout
 
 
+@needs_netns
+def test_flow_ray_says_so_when_the_kill_run_ends_before_the_kill(tmp_path):
+    # 100 items finish before the first 0.2 s sample sees 30 % of them:
+    # a message naming the fix, not a KeyError from the report
+    res = subprocess.run(["qstore-bench", "flow", "ray", "--items", "100", "--batch", "10",
+                          "--reps", "1", "--kill-items", "100", "--no-sync"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stdout + res.stderr[-3000:]
+    assert "--kill-items" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_kill_cost_reads_the_dip_and_the_recovery():
     # 100 items/s, nothing for 2 s after the kill at t=2, then 100 again
     samples = [(0, 0), (1, 100), (2, 200), (3, 200), (4, 200), (5, 300), (6, 400)]
