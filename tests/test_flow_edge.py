@@ -8,14 +8,18 @@ import os
 import queue
 import subprocess
 import sys
+import struct
 import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pyqstore
 from pyqstore.flow import Inbox, Outbox, Verdict, claim, owner_epoch, transfer
 from pyqstore.flow import owner as flow_owner
+from pyqstore.flow.edge import outbox_queue
 
 EDGE = "src.out->dst.in"
 SENDER = "src#0"
@@ -218,6 +222,39 @@ def test_outbox_numbers_batches_in_the_firing_transaction(sender):
     assert box.sent(1) == 0  # an answer that came twice
     assert box.sent(3) == 2  # ACCEPTED for 3 means 2 is there too
     assert box.next() is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.binary(max_size=40),
+                                   st.binary(max_size=40).map(bytearray),
+                                   st.binary(max_size=40).map(memoryview)),
+                         min_size=1, max_size=30),
+                min_size=1, max_size=5))
+def test_outbox_gives_back_each_batch_as_put(tmp_path_factory, batches):
+    c = pyqstore.open(str(tmp_path_factory.mktemp("rt") / "s.qs"), "n", sync=False)
+    try:
+        box = Outbox(c, EDGE, SENDER, claim(c), max_batches=len(batches))
+        for b in batches:
+            put_batch(box, c, b)
+        want = [(i + 1, [bytes(p) for p in b]) for i, b in enumerate(batches)]
+        assert box.pending(len(batches)) == want
+        assert box.sent(len(batches)) == len(batches) and box.next() is None
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("record, words", [
+    (b"\x00" * 5, "cut short"),
+    (struct.pack(">QI", 1, 3) + struct.pack(">I", 1), "cut short"),       # 1 of 3 lengths
+    (struct.pack(">QI", 1, 1) + struct.pack(">I", 4) + b"abc", "holds 19 bytes, its lengths say 20"),
+    (struct.pack(">QI", 1, 1) + struct.pack(">I", 2) + b"abc", "holds 19 bytes, its lengths say 18"),
+    (struct.pack(">QI", 1, 2**32 - 1), "cut short"),                      # no huge allocation
+])
+def test_a_damaged_outbox_record_is_a_corrupt_error(sender, record, words):
+    box = Outbox(sender, EDGE, SENDER, claim(sender))
+    sender.queue(outbox_queue(EDGE, SENDER)).put(record)
+    with pytest.raises(pyqstore.CorruptError, match=words):
+        box.pending(1)
 
 
 def test_outbox_put_needs_its_caskets_transaction(sender, receiver):
