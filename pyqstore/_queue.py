@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from array import array
-from itertools import accumulate, pairwise
+from itertools import accumulate, pairwise, repeat
 from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterable, Iterator, Literal, NoReturn, Optional, Protocol, TypeVar, Union, overload
 
 from . import _aio
@@ -80,6 +80,17 @@ class _Pickle:
     @staticmethod
     def decode(data: bytes) -> Any:
         return pickle.loads(data)
+
+    # A batch in one map, no Python frame per item: about half the time of
+    # a call of encode / decode per item for small items.  dumps always
+    # returns bytes, so _encoded's check has nothing to find.
+    @staticmethod
+    def encode_many(objs: Iterable[Any]) -> list[bytes]:
+        return list(map(pickle.dumps, objs, repeat(pickle.HIGHEST_PROTOCOL)))
+
+    @staticmethod
+    def decode_many(data: list[bytes]) -> list[Any]:
+        return list(map(pickle.loads, data))
 
 
 class _Json:
@@ -165,6 +176,13 @@ def _raw_payload(x: Any) -> bytes:
         f"queue payload must be bytes, bytearray, memoryview or str (or use a codec), "
         f"not {type(x).__name__}"
     )
+
+
+def _encoded_all(codec: Codec[Any], objs: Iterable[Any]) -> list[bytes]:
+    """Every object encoded, as _encoded would (pickle in one pass)."""
+    if type(codec) is _Pickle:
+        return _Pickle.encode_many(objs)
+    return [_encoded(codec, x) for x in objs]
 
 
 def _encoded(codec: Codec[Any], obj: Any) -> bytes:
@@ -259,6 +277,11 @@ def _codec_name(codec: Codec[Any]) -> str:
 
 def _decode_all(queue: "Queue[T]", codec: Codec[T], ids: list[int], payloads: list[bytes]) -> list[T]:
     """Every payload decoded; DecodeError naming the first that fails."""
+    if type(codec) is _Pickle:
+        try:
+            return _Pickle.decode_many(payloads)
+        except Exception:
+            pass        # the loop below finds the payload and names it
     decode = codec.decode
     out: list[T] = []
     for i, p in enumerate(payloads):
@@ -686,7 +709,7 @@ class Queue(Generic[T]):
             return len(items)
         codec = self._codec
         if codec is not None:
-            items = [_encoded(codec, p) for p in payloads]
+            items = _encoded_all(codec, payloads)
         elif isinstance(payloads, list):
             items = payloads
         else:
@@ -701,7 +724,7 @@ class Queue(Generic[T]):
         codec = self._codec
         if codec is None:
             return list(payloads)
-        return [_encoded(codec, p) for p in payloads]
+        return _encoded_all(codec, payloads)
 
     def _put_many_encoded(self, items: list[Any]) -> int:
         n = len(items)

@@ -33,7 +33,7 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from .. import Casket
-from .._queue import _encoded, resolve_codec
+from .._queue import _encoded_all, resolve_codec
 from . import names
 from .edge import ROOM_WAIT, Inbox, Outbox, Verdict, transfer
 from .firing import Instance
@@ -74,7 +74,7 @@ class _ToOutbox:
 
     # the firing encodes before its transaction (as for a Queue)
     def _encode_many(self, items: list[Any]) -> list[Any]:
-        return [_encoded(self.codec, x) for x in items]
+        return _encoded_all(self.codec, items)
 
     def _put_many_encoded(self, encoded: list[Any]) -> None:
         self.outbox.put(encoded, self.casket)
