@@ -695,15 +695,25 @@ static int value_shared(const uint8_t *v, size_t len)
 }
 
 /* Replaces the value of item id of the run keyed rkey (the plain run or a
- * priority run, qorder.h), at path, with v (path is not valid afterwards). */
+ * priority run, qorder.h), at path, with v.  *past (may be NULL) 1: path is
+ * left just past the item, on the record after it, as a take walking the
+ * queue wants it; 0: path is not valid afterwards. */
 static int rewrite_item(bt_ctx *bt, const uint8_t *rkey, uint32_t rklen, bt_path *path,
-                        uint64_t id, const bt_buf *v)
+                        uint64_t id, const bt_buf *v, int *past)
 {
-    int rc = bt_delete(bt, path);
+    /* When the leaf kept the successor, path is where a seek for id would
+     * put it (the first record after it): no second descent, which was a
+     * quarter of a reserve's instructions. */
+    int kept, after = 0;
+    int rc = bt_delete_next(bt, path, &kept);
     bt_key pk = {rkey, rklen, id};
-    if (rc == 0 && (rc = bt_seek(bt, &pk, path)) == QS_NOTFOUND)
+    if (rc == 0 && !kept && (rc = bt_seek(bt, &pk, path)) == QS_NOTFOUND)
         rc = 0;
-    return rc ? rc : bt_insert(bt, path, &pk, v->data, v->len);
+    if (rc == 0)
+        rc = bt_insert_next(bt, path, &pk, v->data, v->len, &after);
+    if (past)
+        *past = rc == 0 && after;
+    return rc;
 }
 
 /* One queue consumed its reference to shared payload id. */
@@ -1497,15 +1507,17 @@ static int dead_letter(qs_casket *c, bt_ctx *bt, qq_queue *q, int run, bt_path *
 /* The delivery an item's take is: an item reserved max_deliveries times
  * goes to the dead-letter queue instead (*moved 1), or stays where it is,
  * not handed out, while that queue is full (*moved 2); a reserve counts one
- * more delivery in the item's record (the path is then not valid).  v is
- * the item's value as read. */
+ * more delivery in the item's record (the path is then just past the item
+ * when *past is 1, not valid when 0).  With reserve 0 and *moved 0 the path
+ * is still on the item.  v is the item's value as read. */
 static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_path *path,
                    uint64_t id, int reserve, const uint8_t *v, size_t len, int *moved,
-                   uint32_t *count)
+                   uint32_t *count, int *past)
 {
     qd_info d;
     int rc = qd_parse(v, len, &d);
     *moved = 0;
+    *past = 0;
     *count = d.count;
     if (rc)
         return rc;
@@ -1519,7 +1531,7 @@ static int deliver(qs_casket *c, bt_ctx *bt, qq_queue *q, const qo_run *run, bt_
     bt_buf nv = {0};
     *count = d.count == UINT32_MAX ? d.count : d.count + 1;
     if ((rc = qd_build(&nv, v, len, *count, NULL, 0)) == 0)
-        rc = rewrite_item(bt, run->key, run->klen, path, id, &nv);
+        rc = rewrite_item(bt, run->key, run->klen, path, id, &nv, past);
     free(nv.data);
     return rc;
 }
@@ -1595,7 +1607,7 @@ static int recount(qs_casket *c, bt_ctx *bt, qq_queue *q, uint64_t id, uint32_t 
     qd_info d;
     if (rc == 0 && (rc = qd_parse(v.data, v.len, &d)) == 0 && d.count < count &&
         (rc = qd_build(&nv, v.data, v.len, count, NULL, 0)) == 0)
-        rc = rewrite_item(bt, rkey, rklen, &path, id, &nv);
+        rc = rewrite_item(bt, rkey, rklen, &path, id, &nv, NULL);
     free(v.data);
     free(nv.data);
     return rc;
@@ -1707,10 +1719,11 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if (any && (rc = bt_item(&bt, &path, run.key, run.klen, &eq, &id, &a->out.data)) != 0)
             break;
         uint32_t count = 0;
+        int counted = a->reserve && !a->uncounted, past = 0;
         if (a->reserve || q->conf.max_deliveries) {
             int moved;
-            if ((rc = deliver(c, &bt, q, &run, &path, id, a->reserve && !a->uncounted,
-                              a->out.data.data + at, a->out.data.len - at, &moved, &count)) != 0)
+            if ((rc = deliver(c, &bt, q, &run, &path, id, counted, a->out.data.data + at,
+                              a->out.data.len - at, &moved, &count, &past)) != 0)
                 break;
             if (moved) {
                 a->moved += moved == 1;
@@ -1736,7 +1749,15 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
                 break;
             if ((rc = mark_add(q, id, a->token, deadline, early ? M_NEW | M_EARLY : M_NEW)) != 0)
                 break;
-            kept = 0;
+            /* the next candidate is the record after this one: where the
+             * count's rewrite left path, or one step on from the item */
+            kept = past;
+            if (!counted) {
+                if ((rc = bt_next(&bt, &path)) != 0 && rc != QS_NOTFOUND)
+                    break;
+                kept = rc == 0;
+                rc = 0;
+            }
             any = 1;
         } else {
             if ((rc = remove_item(&bt, q, &path, id, shared, &kept)) != 0)
@@ -2211,7 +2232,7 @@ static int fail_fn(qs_casket *c, bt_ctx *ubt, void *arg)
                           a->rlen);
         }
         if (rc == 0)
-            rc = rewrite_item(&bt, rkey, rklen, &path, a->rel.id, &nv);
+            rc = rewrite_item(&bt, rkey, rklen, &path, a->rel.id, &nv, NULL);
         touch(c, q);
         if (rc == 0 && a->count)
             due = n;
