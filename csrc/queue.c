@@ -1892,6 +1892,11 @@ typedef struct ack_args {
     uint64_t id, token;
     uint64_t removed;
     double delay;           /* release: seconds until it is back, 0: now */
+    /* ack_many's cursor (NULL for one ack): when at_next, it is on the
+     * record after the item acked last, which is often the next to ack
+     * (a batch is a run of ids), so that one needs no seek */
+    bt_path *cursor;
+    int at_next;
 } ack_args;
 
 static int expire_fn(qs_casket *c, bt_ctx *ubt, void *arg)
@@ -2052,18 +2057,33 @@ static int ack_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             return rc;
         q->nacked++;
     }
-    bt_path path;
+    bt_path own, *path = a->cursor ? a->cursor : &own;
     outbuf tag = {0};
-    int shared, kept, run = QO_MAIN;
-    rc = qo_has_prio(&q->order)
-             ? qo_seek_item(&bt, q->key, q->klen, &q->order, a->id, &path, &run)
-             : seek_exact(&bt, a->key, a->klen, a->id, &path);
-    /* the value's tag says whether a shared payload loses a reference */
-    if (rc == 0 &&
-        (rc = bt_read(&bt, &path, NULL, &tag.data, 0, NULL)) == 0) {
-        shared = value_shared(tag.data.data, tag.data.len);
-        rc = remove_item(&bt, q, &path, a->id, shared, &kept);
+    int shared, kept = 0, run = QO_MAIN, found = 0;
+    if (a->cursor && a->at_next && !qo_has_prio(&q->order)) {
+        /* the value's tag says whether a shared payload loses a reference */
+        int eq;
+        uint64_t seq;
+        rc = bt_item(&bt, path, a->key, a->klen, &eq, &seq, &tag.data);
+        found = rc == 0 && eq && seq == a->id;
+        if (rc == QS_NOTFOUND || (rc == 0 && !found)) {
+            rc = 0;             /* the end of a leaf, or not the next one */
+            tag.data.len = 0;
+        }
     }
+    if (rc == 0 && !found) {
+        rc = qo_has_prio(&q->order)
+                 ? qo_seek_item(&bt, q->key, q->klen, &q->order, a->id, path, &run)
+                 : seek_exact(&bt, a->key, a->klen, a->id, path);
+        if (rc == 0)
+            rc = bt_read(&bt, path, NULL, &tag.data, 0, NULL);
+    }
+    if (rc == 0) {
+        shared = value_shared(tag.data.data, tag.data.len);
+        rc = remove_item(&bt, q, path, a->id, shared, &kept);
+    }
+    if (a->cursor)
+        a->at_next = rc == 0 && kept;
     out_drop(&tag);
     if (rc) {
         if (!made_here && find_mark_any(q, a->id, &mi) == 0)
@@ -2118,10 +2138,16 @@ static int ack_many_fn(qs_casket *c, bt_ctx *ubt, void *arg)
             (rc = find_shared(c, q, a->ids[i], a->one.token)) != 0)
             return rc;
     }
+    bt_path cursor;
+    if (a->each == ack_fn) {
+        a->one.cursor = &cursor;
+        a->one.at_next = 0;
+    }
     for (size_t i = 0; i < a->n && rc == 0; i++) {
         a->one.id = a->ids[i];
         rc = a->each(c, ubt, &a->one);
     }
+    a->one.cursor = NULL;
     return rc;
 }
 
