@@ -20,6 +20,10 @@ reports *instructions per item* for each phase:
                        (the queue is filled before measuring); per item
   queue_churn          ``q.put(p); q.get()`` pairs, each call its own
                        commit, on an empty queue; per pair
+  queue_reserve_ack    a flow node's firing: per transaction, ack the
+                       batch reserved by the last one and reserve the next
+                       ``reserve_many(1000)``, over n items filled before
+                       measuring; per item
 
 n is 10**4 (``--n``), churn 10**3 pairs (``--churn``).  The inputs are
 deterministic: 36-byte uuid-formatted ids from ``random.Random(seed)`` (no
@@ -84,7 +88,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASELINE = os.path.join(HERE, "callgrind_baseline.json")
 PHASES = ["casket_putdup_loop", "casket_putdup_many", "queue_put_many",
-          "queue_put_txn", "queue_get_many", "queue_churn"]
+          "queue_put_txn", "queue_get_many", "queue_churn", "queue_reserve_ack"]
 FIGURES = ["ir_per_item", "core_ir_per_item"]
 SEED = 1000
 MARKER = "ffi_call"
@@ -175,6 +179,22 @@ def _child(phase, n, churn, d):
                 put(p)
                 if get() != p:
                     raise AssertionError("churn: wrong item")
+    elif phase == "queue_reserve_ack":
+        q = c.queue("q")
+        q.put_many(_ids(n, SEED))
+
+        def run():
+            # the firing's transaction: the last batch acked, the next
+            # reserved with it (a reserve in a transaction never waits)
+            got = 0
+            batch = q.reserve_many(1000)
+            while batch is not None:
+                got += len(batch)
+                with c.transaction():
+                    batch.ack()
+                    batch = q.reserve_many(1000) if len(q) else None
+            if got != n:
+                raise AssertionError("reserved and acked %d of %d" % (got, n))
     else:
         raise SystemExit("unknown phase %r" % phase)
 
