@@ -332,5 +332,9 @@ def test_other_process_put_goes_through_the_watcher(path, kids):
     finally:
         c.close()
     assert got == b"cross"
-    assert after["fired_watcher"] == before["fired_watcher"] + 1
+    # at least once: on a loaded machine the wake-up can come before the
+    # other process's commit is readable here, the take finds nothing and
+    # the waiter arms again for the next change of the word (seen in a full
+    # run: two fires); the local path must not have fired at all
+    assert after["fired_watcher"] >= before["fired_watcher"] + 1
     assert after["fired_local"] == before["fired_local"]
