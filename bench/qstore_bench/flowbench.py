@@ -24,6 +24,7 @@ the breakdown survives a restart and needs no access to the flow's caskets
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import pickle
@@ -111,13 +112,30 @@ def item(i: int) -> bytes:
 
 class Items:
     """The items 0 .. n-1 (a picklable iterable that gives the same items
-    every time, as IterableSource needs; the flow's pickle stays small)."""
+    every time, as IterableSource needs; the flow's pickle stays small).
+    With hold=(k, path), item k comes only once path exists: a run that
+    must be interrupted part way (the Ray kill) cannot finish first on a
+    fast machine, whatever its size."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, hold: Optional[tuple[int, str]] = None) -> None:
         self.n = n
+        self.hold = hold
 
     def __iter__(self) -> Iterator[bytes]:
-        return map(item, range(self.n))
+        if self.hold is None or not 0 <= self.hold[0] < self.n:
+            return map(item, range(self.n))
+        return itertools.chain(map(item, range(self.hold[0])), self._held())
+
+    def _held(self) -> Iterator[bytes]:
+        assert self.hold is not None
+        at, path = self.hold
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the source waited {RUN_TIMEOUT:.0f} s at item {at} "
+                                   f"for {path}, which never came")
+            time.sleep(0.005)
+        yield from map(item, range(at, self.n))
 
 
 class _TimedSource:
@@ -139,8 +157,9 @@ class _TimedSource:
 class TimedItems(_TimedSource, IterableSource):
     """IterableSource of Items(n) with a clock."""
 
-    def __init__(self, n: int, stats_dir: str) -> None:
-        super().__init__(Items(n))
+    def __init__(self, n: int, stats_dir: str,
+                 hold: Optional[tuple[int, str]] = None) -> None:
+        super().__init__(Items(n, hold))
         self.stats_dir = stats_dir
 
     def __getstate__(self) -> dict[str, Any]:
@@ -282,9 +301,9 @@ class Tally(_Timed):
 
 
 def chain_flow(n: int, batch: int, stats_dir: str, parallelism: int = 1,
-               work: Any = identity) -> Flow:
+               work: Any = identity, hold: Optional[tuple[int, str]] = None) -> Flow:
     f = Flow("chain")
-    f.source("source", TimedItems(n, stats_dir), batch=batch)
+    f.source("source", TimedItems(n, stats_dir, hold), batch=batch)
     f.node("map", work, parallelism=parallelism, batch=batch, maxsize=max(10 * batch, 10000),
            max_deliveries=0)
     f.node("tally", Tally(stats_dir), outputs=(), batch=batch, maxsize=max(10 * batch, 10000),

@@ -20,6 +20,7 @@ Run it only in a network namespace with loopback alone; the command
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -116,16 +117,25 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
     """flowbench's chain (source -> identity -> tally) as a flow on Ray
     over ``items`` items, in a fresh directory of wd.  With kill_at (a
     fraction of the items), the worker hosting the middle stage is
-    replaced once the tally has seen that many; the result then holds the
-    rate samples and the dip.  AssertionError unless each item arrived
+    replaced once the tally has seen that many, the source holding at
+    twice that until the worker is gone; the result then holds the rate
+    samples and the dip.  AssertionError unless each item arrived
     once (the tally's count and sum)."""
     from pyqstore.flow import rayrunner
 
     d = wd.fresh()
     stats = os.path.join(d, "stats")
     os.mkdir(stats)
-    run = rayrunner.start(fb.chain_flow(items, batch, stats), os.path.join(d, "run"), name=name,
-                          volumes=VOLUMES, sync=sync)
+    # the kill run's source holds at twice the kill's fraction until the
+    # worker is gone: however fast the machine, the kill lands mid-run
+    gate = os.path.join(d, "killed")
+    hold: Optional[tuple[int, str]] = None
+    kill_when = math.inf
+    if kill_at is not None:
+        hold = (min(items, int(2 * kill_at * items)), gate)
+        kill_when = min(kill_at * items, hold[0])
+    run = rayrunner.start(fb.chain_flow(items, batch, stats, hold=hold), os.path.join(d, "run"),
+                          name=name, volumes=VOLUMES, sync=sync)
     samples: list[tuple[float, int]] = []
     killed: Optional[float] = None
     joined = 0.0
@@ -138,9 +148,13 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
             samples.append((now, seen))
             if p["tally"].finished:
                 break
-            if kill_at is not None and killed is None and seen >= kill_at * items:
+            if killed is None and seen >= kill_when:
                 killed = now
-                joined = cluster.replace(VOLUMES["map"])
+                vols = cluster.remove(VOLUMES["map"])
+                open(gate, "wb").close()
+                t = time.perf_counter()
+                cluster.add(vols)
+                joined = time.perf_counter() - t
             if now > fb.RUN_TIMEOUT:
                 raise RuntimeError(f"the chain on Ray did not finish within {fb.RUN_TIMEOUT:.0f} s")
             time.sleep(sample)
@@ -159,11 +173,7 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
     out: dict[str, Any] = {"items": items, "seconds": elapsed, "items_per_s": items / elapsed,
                            "flowing_s": flowing, "flowing_items_per_s": items / flowing}
     if kill_at is not None:
-        if killed is None:
-            # the table would have no kill to report: say so, not a KeyError
-            raise RuntimeError(f"the kill run of {items:,} items ended after {elapsed:.1f} s, "
-                               f"before a {sample:g} s sample saw {kill_at:.0%} of them at the "
-                               f"tally: give it more items (--kill-items)")
+        assert killed is not None, "the held source let the kill run finish before the kill"
         out.update(kill_cost(samples, killed), replacement_join_s=joined)
     return out
 

@@ -41,7 +41,7 @@ class LocalCluster:
         self.workers: dict[tuple[str, ...], Any] = {}
         try:
             for vols in volumes:
-                self._add(tuple(vols))
+                self.add(tuple(vols))
         except BaseException:
             self.shutdown()
             raise
@@ -51,7 +51,9 @@ class LocalCluster:
         """The head's GCS address, for ``ray.init(address=...)``."""
         return str(self.cluster.address)
 
-    def _add(self, vols: tuple[str, ...]) -> None:
+    def add(self, vols: Sequence[str]) -> None:
+        """Start a worker offering vols and wait until the cluster has it."""
+        vols = tuple(vols)
         self.workers[vols] = self.cluster.add_node(
             **self._node_args, resources={f"vol:{v}": 1 for v in vols})
         self.cluster.wait_for_nodes(self.timeout)
@@ -81,7 +83,7 @@ class LocalCluster:
         vols = self.remove(volume)
         time.sleep(pause)
         t = time.monotonic()
-        self._add(vols)
+        self.add(vols)
         return time.monotonic() - t
 
     def shutdown(self) -> None:
