@@ -1916,7 +1916,7 @@ static void settle(qs_casket *c, const uint8_t *key, uint32_t klen)
     if (cs_readonly(c) || !qr_count(cs_region(c), hash_bytes(key, klen), &lease_ns))
         return;
     if ((lease_ns && lease_ns <= sh_now_ns()) || qr_sweep_due(cs_region(c))) {
-        ack_args a = {key, klen, 0, 0, 0, 0};
+        ack_args a = {key, klen, 0, 0, 0, 0, NULL, 0};
         cs_write_try(c, expire_fn, &a);
     }
 }
@@ -2108,7 +2108,7 @@ static int do_ack(qs_casket *c, const void *name, size_t nlen, uint64_t id, uint
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0, NULL, 0};
     return cs_write(c, ack_fn, &a);
 }
 
@@ -2162,7 +2162,7 @@ static int do_ack_many(qs_casket *c, const void *name, size_t nlen, size_t n, co
         rc = QS_INVAL;
     if (rc)
         return rc;
-    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0, 0}, n, ids, each};
+    ack_many_args a = {{key, (uint32_t)nlen + 1, 0, token, 0, 0, NULL, 0}, n, ids, each};
     return cs_write(c, ack_many_fn, &a);
 }
 
@@ -2203,7 +2203,7 @@ static int do_release(qs_casket *c, const void *name, size_t nlen, uint64_t id, 
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, 0, NULL, 0};
     return cs_write(c, release_fn, &a);
 }
 
@@ -2216,7 +2216,7 @@ static int do_release_delay(qs_casket *c, const void *name, size_t nlen, uint64_
         rc = check_order(delay, 0);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, delay};
+    ack_args a = {key, (uint32_t)nlen + 1, id, token, 0, delay, NULL, 0};
     return cs_write(c, release_fn, &a);
 }
 
@@ -2283,7 +2283,7 @@ static int do_fail(qs_casket *c, const void *name, size_t nlen, uint64_t id, uin
         rc = QS_INVAL;
     if (rc)
         return rc;
-    fail_args a = {{key, (uint32_t)nlen + 1, id, token, 0, 0}, reason, (uint32_t)rlen, count};
+    fail_args a = {{key, (uint32_t)nlen + 1, id, token, 0, 0, NULL, 0}, reason, (uint32_t)rlen, count};
     return cs_write(c, fail_fn, &a);
 }
 
@@ -2403,7 +2403,7 @@ static int do_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remov
     int rc = make_key(name, nlen, key);
     if (rc)
         return rc;
-    ack_args a = {key, (uint32_t)nlen + 1, 0, 0, 0, 0};
+    ack_args a = {key, (uint32_t)nlen + 1, 0, 0, 0, 0, NULL, 0};
     rc = cs_write(c, clear_fn, &a);
     if (rc == 0 && removed)
         *removed = a.removed;
