@@ -147,6 +147,36 @@ static void seq_close(sh_region *r) { atomic_fetch_add(r->up_seq, 1); }
 
 static void repair_torn(sh_region *r);
 
+/* The run loses id (its entry goes, or stops being plain): the side of
+ * the run with more ids stays. */
+static void run_drop(qr_qent *q, uint64_t id)
+{
+    if (!q->run_lo || id < q->run_lo || id > q->run_hi)
+        return;
+    if (q->run_lo == q->run_hi)
+        q->run_lo = q->run_hi = 0;
+    else if (id == q->run_lo)
+        q->run_lo++;
+    else if (id == q->run_hi)
+        q->run_hi--;
+    else if (id - q->run_lo >= q->run_hi - id)
+        q->run_hi = id - 1;
+    else
+        q->run_lo = id + 1;
+}
+
+/* A plain entry of id is there now: the run takes it when it touches an
+ * end (a reserve shares ascending ids), or starts with it. */
+static void run_take(qr_qent *q, uint64_t id)
+{
+    if (!q->run_lo)
+        q->run_lo = q->run_hi = id;
+    else if (id == q->run_hi + 1)
+        q->run_hi = id;
+    else if (id + 1 == q->run_lo)
+        q->run_lo = id;
+}
+
 /* Adds entry e (its holder named in it); an entry of its (qhash, id) is
  * replaced in place. */
 static int res_add_as(sh_region *r, const qr_res *e)
@@ -171,7 +201,7 @@ static int res_add_as(sh_region *r, const qr_res *e)
             return QS_FULL;
         }
         q = &QTAB(r)[j];
-        *q = (qr_qent){k, 0, 0};
+        *q = (qr_qent){k, 0, 0, 0, 0};
     }
     if (fresh) {
         q->count++;
@@ -179,6 +209,10 @@ static int res_add_as(sh_region *r, const qr_res *e)
     }
     RES(r)[i] = *e;
     RES(r)[i].qhash = k;
+    if (e->count_due)
+        run_drop(q, e->id);
+    else
+        run_take(q, e->id);
     if (e->deadline_ns && (!q->min_deadline_ns || e->deadline_ns < q->min_deadline_ns))
         q->min_deadline_ns = e->deadline_ns;
     seq_close(r);
@@ -223,9 +257,8 @@ int qr_add_due(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint32
 #define QENT_HOME(e) q_home((e).qhash)
 #define RES_HOME(e) res_home2((e).id, (e).qhash)
 
-static void q_drop_one(sh_region *r, uint64_t k)
+static void q_drop_one(sh_region *r, qr_qent *q)
 {
-    qr_qent *q = q_find(r, k);
     if (!q)
         return;
     if (q->count > 1) {
@@ -238,9 +271,11 @@ static void q_drop_one(sh_region *r, uint64_t k)
 
 static void res_delete_at(sh_region *r, size_t i)
 {
-    uint64_t k = RES(r)[i].qhash;
+    qr_qent *q = q_find(r, RES(r)[i].qhash);
+    if (q)
+        run_drop(q, RES(r)[i].id);
     SHIFT_DELETE(RES(r), QR_RES_CAP, i, id, RES_HOME);
-    q_drop_one(r, k);
+    q_drop_one(r, q);
     NRES(r)--;
 }
 
@@ -281,6 +316,30 @@ uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
         if (spins > 100)
             sched_yield();
     }
+}
+
+int qr_run_end(const sh_region *r, uint64_t qhash, uint64_t id, uint64_t *hi)
+{
+    if (!r->up_area)
+        return 0;
+    for (unsigned spins = 0; spins < 1000; spins++) {
+        uint32_t s1 = atomic_load(r->up_seq);
+        if (s1 & 1) {
+            if (spins > 100)
+                sched_yield();
+            continue;
+        }
+        const qr_qent *q = q_find(r, qhash);
+        uint64_t lo = q ? q->run_lo : 0, end = q ? q->run_hi : 0;
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load(r->up_seq) != s1)
+            continue;
+        if (!lo || id < lo || id > end)
+            return 0;
+        *hi = end;
+        return 1;
+    }
+    return 0;   /* a change that never settles (a holder died in it): no skip */
 }
 
 /* Copies tried before a listing takes what it saw. */

@@ -33,11 +33,17 @@ typedef struct qr_res {
     uint32_t count_due;
 } qr_res;
 
-/* Reservations per queue, for exact lengths without a scan. */
+/* Reservations per queue, for exact lengths without a scan, and one run
+ * of ids [run_lo, run_hi] (run_lo 0: none) that each have a plain entry
+ * (no count_due) of the queue: a taker that meets an id of the run seeks
+ * past its end instead of stepping over every reserved item (a get behind
+ * 5,000 reserved items).  A reserve shares its ids in order, so the run
+ * grows at its ends; a removal inside it keeps the longer side. */
 typedef struct qr_qent {
     uint64_t qhash;             /* 0: empty */
     uint64_t count;
     uint64_t min_deadline_ns;   /* earliest lease end of its entries, 0 none */
+    uint64_t run_lo, run_hi;
 } qr_qent;
 
 /* ---- wake-ups ---------------------------------------------------------------- */
@@ -104,6 +110,11 @@ int qr_add_due(sh_region *r, uint64_t id, uint64_t qhash, uint64_t token, uint32
 void qr_del(sh_region *r, uint64_t qhash, uint64_t id);
 /* Room for n more entries. */
 int qr_room(const sh_region *r, uint64_t n);
+/* Whether id lies in the run of queue qhash (see qr_qent): then every id
+ * from it to *hi is reserved by a plain entry, hidden from every taker.
+ * Read consistently without the write lock; 0 (and *hi untouched) when
+ * not, or without a region. */
+int qr_run_end(const sh_region *r, uint64_t qhash, uint64_t id, uint64_t *hi);
 /* Reservations of a queue, read consistently without the write lock. */
 uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns);
 /* Drops the queue's entries whose lease ended and those of handles that are

@@ -745,6 +745,16 @@ static int unref(bt_ctx *bt, uint64_t id)
     return bt_delete(bt, &path);
 }
 
+/* A hidden id that starts a long enough stretch of the queue's run of
+ * reserved ids (qr_run_end): *end is the stretch's last id, worth one seek
+ * past instead of a step and a check per item.  Shorter stretches are
+ * stepped over (a seek costs several steps). */
+#define SKIP_MIN 8
+static int past_run(const sh_region *sh, const qq_queue *q, uint64_t id, uint64_t *end)
+{
+    return qr_run_end(sh, q->hash, id, end) && *end - id >= SKIP_MIN;
+}
+
 /* Positions path on the first item of q's run r at or after id `from`
  * that no reservation hides; *id gets its id.  QS_NOTFOUND: none. */
 static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run *r,
@@ -763,6 +773,12 @@ static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run
             return rc;
         if (!any || !hidden(sh, q, *id))
             return 0;
+        uint64_t end;
+        if (past_run(sh, q, *id, &end)) {
+            pk.seq = end + 1;
+            rc = bt_seek_ge(bt, &pk, path);
+            continue;
+        }
         rc = bt_next(bt, path);
     }
     return rc;
@@ -1705,6 +1721,12 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         if (rc)
             break;
         if (any && hidden(sh, q, id)) {
+            uint64_t end;
+            if (past_run(sh, q, id, &end)) {
+                from = end + 1;
+                kept = 0;
+                continue;
+            }
             from = id + 1;
             if ((rc = bt_next(&bt, &path)) == QS_NOTFOUND) {
                 rc = 0;     /* the tree's end: seek, finding this run done */

@@ -24,7 +24,10 @@
  * process refuses the region by version and size, and this one refuses a
  * version-3 region (QS_CORRUPT while it is in use, rebuilt when alone), so
  * neither reads the other's entries. */
-#define SH_VERSION 4
+/* Version 5: the layer above's per-queue entries grew from 24 to 40 bytes
+ * (a run of reserved ids, qres.h), so its room grew by 64 KiB; versions 4
+ * and 5 refuse each other's regions the same way. */
+#define SH_VERSION 5
 #define BYTE_ATTACH 0
 #define BYTE_SLOT 16
 
@@ -59,15 +62,15 @@ struct sh_header {
 
 _Static_assert(sizeof(struct sh_header) <= OFF_SLOTS, "header fits its page");
 _Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_UP, "slots fit");
-/* The layout of version 4, which other processes of the same version
+/* The layout of version 5, which other processes of the same version
  * share: moving a field would need a new SH_VERSION. */
 _Static_assert(offsetof(struct sh_header, up_shape) == 16 &&
                offsetof(struct sh_header, up_seq) == 52 &&
                offsetof(struct sh_header, next_txn) == 80 &&
                offsetof(struct sh_header, up_count) == 120 &&
                offsetof(struct sh_header, up_words) == 124 &&
-               sizeof(struct sh_header) == 2184 && SH_SIZE == 3776512,
-               "region layout of version 4");
+               sizeof(struct sh_header) == 2184 && SH_SIZE == 3842048,
+               "region layout of version 5");
 
 uint64_t sh_now_ns(void)
 {

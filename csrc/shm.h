@@ -36,7 +36,7 @@
  * part of the region's format: the header records the shape and an attach
  * refuses a region of another one. */
 #define SH_UP_WORDS 514
-#define SH_UP_BYTES 3768320u
+#define SH_UP_BYTES 3833856u
 #define SH_UP_SHAPE_A 256u
 #define SH_UP_SHAPE_B 65536u
 #define SH_UP_SHAPE_C 4096u

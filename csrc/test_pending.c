@@ -356,10 +356,11 @@ static void processes(void)
     tc_tmp_remove(&t);
 }
 
-/* A region of the layout before this one (version 3: 40-byte reservation
- * entries, 2,727,936 bytes), as a live process of that version keeps it:
- * a header that passes its own checks and byte 0 held shared.  An open
- * now must refuse it (QS_CORRUPT) rather than read its entries as ours. */
+/* A region of an earlier layout (version 3: 40-byte reservation entries,
+ * 2,727,936 bytes; version 4: 24-byte queue entries, 3,776,512 bytes), as
+ * a live process of that version keeps it: a header that passes its own
+ * checks and byte 0 held shared.  An open now must refuse it (QS_CORRUPT)
+ * rather than read its entries as ours. */
 static uint64_t fnv(const uint8_t *p, size_t n)
 {
     uint64_t x = 1469598103934665603ull;
@@ -368,7 +369,7 @@ static uint64_t fnv(const uint8_t *p, size_t n)
     return x;
 }
 
-static void old_layout_region_refused(void)
+static void old_region_refused(uint32_t version, uint64_t size)
 {
     tc_tmp t;
     REQUIRE(tc_tmp_make(&t) == 0);
@@ -382,10 +383,9 @@ static void old_layout_region_refused(void)
     int fd = open(shm, O_RDWR | O_CREAT | O_TRUNC, 0644);
     REQUIRE(fd >= 0);
     uint8_t h[48] = {0};
-    const uint32_t v3[6] = {3, 128, 256, 65536, 4096, 0};
-    const uint64_t size = 2727936;
+    const uint32_t fields[6] = {version, 128, 256, 65536, 4096, 0};
     memcpy(h, "qstshm\0\x01", 8);
-    memcpy(h + 8, v3, sizeof v3);
+    memcpy(h + 8, fields, sizeof fields);
     memcpy(h + 32, &size, 8);
     uint64_t check = fnv(h, 40);
     memcpy(h + 40, &check, 8);
@@ -402,9 +402,15 @@ static void old_layout_region_refused(void)
     d = open_q(t.path, QS_OPEN_WRITE, &rc);
     REQUIRE_RC(rc, 0);
     CHECK(qlen(d, "q") == 1);
-    CHECK(tc_file_size(shm) == 3776512);
+    CHECK(tc_file_size(shm) == 3842048);
     qs_close(d);
     tc_tmp_remove(&t);
+}
+
+static void old_layout_region_refused(void)
+{
+    old_region_refused(3, 2727936);
+    old_region_refused(4, 3776512);
 }
 
 int main(void)

@@ -220,6 +220,77 @@ static void no_region_reserves_nothing(void)
     CHECK(qr_expire(&r, 1, 1) == 0);
 }
 
+/* The invariant qr_run_end promises: when it answers for id, every id
+ * from id to *hi has a plain entry of the queue.  Checked against the
+ * table itself after each of many random adds (plain and due), deletes,
+ * expiries and repairs, on two queues. */
+static int run_holds(const sh_region *r, uint64_t qh, uint64_t top)
+{
+    for (uint64_t id = 1; id <= top; id++) {
+        uint64_t hi = 0;
+        if (!qr_run_end(r, qh, id, &hi))
+            continue;
+        if (hi < id)
+            return 0;
+        for (uint64_t x = id; x <= hi; x++) {
+            const qr_res *e = qr_find(r, qh, x);
+            if (!e || e->count_due)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static void reserved_runs_hold_only_plain_entries(void)
+{
+    tc_tmp t = {0};
+    sh_region r;
+    REQUIRE(region_new(&t, &r) == 0);
+    enum { TOP = 300, STEPS = 6000 };
+    uint64_t seed = 12345, now = sh_now_ns();
+    int bad = 0;
+    for (int step = 0; step < STEPS && !bad; step++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t x = seed >> 33, qh = 3 + (x & 1), id = 1 + (x >> 1) % TOP;
+        switch ((x >> 12) % 8) {
+        case 0: case 1: case 2:     /* a reserve: ascending ids from id */
+            for (uint64_t k = 0; k < 1 + (x >> 20) % 40 && id + k <= TOP; k++)
+                qr_add(&r, id + k, qh, 1, 0);
+            break;
+        case 3:
+            qr_add_due(&r, id, qh, 1, 2);
+            break;
+        case 4: case 5:             /* acks: ascending, from the front */
+            for (uint64_t k = 0; k < 1 + (x >> 20) % 20; k++)
+                qr_del(&r, qh, id + k);
+            break;
+        case 6:                     /* a lease that ends */
+            qr_add(&r, id, qh, 1, now - 1);
+            qr_expire(&r, qh, 0);
+            break;
+        default:                    /* torn by a dead holder: rebuilt */
+            atomic_fetch_add(r.up_seq, 1);
+            qr_del(&r, qh, id);
+            break;
+        }
+        bad = !run_holds(&r, 3, TOP) || !run_holds(&r, 4, TOP);
+    }
+    CHECK(!bad);
+    /* and a reserve of ascending ids is one run the whole way */
+    for (uint64_t id = 1; id <= TOP + 100; id++)
+        qr_del(&r, 5, id);
+    for (uint64_t id = 1000; id < 6000; id++)
+        REQUIRE_RC(qr_add(&r, id, 5, 1, 0), 0);
+    uint64_t hi = 0;
+    CHECK(qr_run_end(&r, 5, 1000, &hi) && hi == 5999);
+    qr_del(&r, 5, 1000);            /* acked from the front: the run shrinks */
+    CHECK(!qr_run_end(&r, 5, 1000, &hi) && qr_run_end(&r, 5, 1001, &hi) && hi == 5999);
+    qr_del(&r, 5, 2000);            /* a hole: the longer side stays */
+    CHECK(qr_run_end(&r, 5, 2001, &hi) && hi == 5999 && !qr_run_end(&r, 5, 1500, &hi));
+    sh_close(&r);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     RUN(adds_finds_deletes);
@@ -229,5 +300,6 @@ int main(void)
     RUN(torn_tables_are_repaired);
     RUN(wakes_reach_other_processes);
     RUN(no_region_reserves_nothing);
+    RUN(reserved_runs_hold_only_plain_entries);
     return tc_summary();
 }

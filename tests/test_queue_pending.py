@@ -380,3 +380,59 @@ def test_ack_many_of_any_subset_removes_exactly_those(tmp_path_factory, kinds, p
         c.check()
     finally:
         c.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["reserve", "ack", "release", "get", "peek",
+                                                 "put"]),
+                                st.integers(1, 60), st.integers(0, 10 ** 6)),
+                      min_size=1, max_size=40),
+       levels=st.integers(1, 3))
+def test_takes_behind_runs_of_reservations_match_a_model(tmp_path_factory, steps, levels):
+    """Reservations by another handle, in long ascending batches with holes
+    acked or released out of order, are sought past as runs (qres.h), in
+    one priority or across several: every get and peek sees what a model
+    sees, the unreserved items highest priority first and then by id, none
+    skipped and none reserved."""
+    path = str(tmp_path_factory.mktemp("runs") / "r.qs")
+    with pyqstore.open(path, "n", sync=False) as mine, pyqstore.open(path, sync=False) as other:
+        q, oq = mine.queue("q"), other.queue("q")
+        prio: dict[int, int] = {}      # the model: id -> priority of the items there
+        payload: dict[int, bytes] = {}
+        held: dict[int, object] = {}   # id -> the other handle's Item
+
+        def put(n: int) -> None:
+            for k in range(n):
+                p, body = k % levels, b"%d/%d" % (len(payload), k)
+                i = q.put(body, priority=p)
+                prio[i], payload[i] = p, body
+
+        def free() -> list[int]:
+            return sorted((i for i in prio if i not in held), key=lambda i: (-prio[i], i))
+
+        put(200)
+        for what, n, pick in steps:
+            want = free()[:n]
+            if what == "reserve":
+                got = oq.reserve_many(n, timeout=0) if want else []
+                assert [it.id for it in got] == want
+                held.update((it.id, it) for it in got)
+            elif what in ("ack", "release") and held:
+                keys = sorted(held)
+                for i in dict.fromkeys(keys[(pick + 7 * k) % len(keys)]
+                                       for k in range(min(n, len(keys)))):
+                    it = held.pop(i)
+                    if what == "ack":
+                        it.ack()
+                        del prio[i]
+                    else:
+                        it.release()
+            elif what == "get":
+                assert q.get_many(n) == [payload[i] for i in want]
+                for i in want:
+                    del prio[i]
+            elif what == "peek":
+                assert q.peek_many(n) == [payload[i] for i in want]
+            elif what == "put":
+                put(n)
+            assert len(q) == len(prio) - len(held)
