@@ -7,7 +7,9 @@ the sender produced, once, in order.
 The sender is a replayable source: its position is state in its casket,
 committed with the batch it produced (so a restarted sender neither skips
 nor repeats); a producer thread fills the bounded outbox, waiting for room,
-while the main thread runs transfer() to the receiver.
+while the main thread runs transfer() to the receiver.  It holds at HOLD
+until the test has made its kills (a gate file): on a fast machine it
+would otherwise finish before the first kill.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pyqstore.flow import Inbox, Outbox, Verdict, claim, transfer
 EDGE = "source.out->sink.in"
 SENDER = "source#0"
 TOTAL = 3000
+HOLD = TOTAL // 2  # the sender produces no further until the gate exists
 POSITION = b"source/position"  # the sender's state: the next item to produce
 ROUNDS = 12
 DEADLINE = 60.0  # seconds for the whole test, kills and the final run
@@ -65,7 +68,7 @@ class SocketAccept:
             self.conn = None
 
 
-def sender_main(path: str, address: str) -> None:
+def sender_main(path: str, address: str, gate: str) -> None:
     with pyqstore.open(path) as c:
         box = Outbox(c, EDGE, SENDER, claim(c), max_batches=4)
         produced = threading.Event()
@@ -79,9 +82,13 @@ def sender_main(path: str, address: str) -> None:
                     position = int(raw) if raw is not None else 0
                     if position >= TOTAL:
                         break
-                    end = min(TOTAL, position + batch_size(position))
-                    box.put([item(i) for i in range(position, end)], txn)
-                    c.put(POSITION, b"%d" % end)
+                    held = position >= HOLD and not os.path.exists(gate)
+                    if not held:
+                        end = min(TOTAL, position + batch_size(position))
+                        box.put([item(i) for i in range(position, end)], txn)
+                        c.put(POSITION, b"%d" % end)
+                if held:
+                    time.sleep(0.01)
             produced.set()
 
         producer = threading.Thread(target=produce, daemon=True)
@@ -93,7 +100,7 @@ def sender_main(path: str, address: str) -> None:
         producer.join()
 
 
-def receiver_main(path: str, address: str) -> None:
+def receiver_main(path: str, address: str, gate: str) -> None:
     with pyqstore.open(path) as c:
         inbox = Inbox(c, claim(c), {EDGE: "in"})
         if os.path.exists(address):  # left by the receiver killed before
@@ -115,13 +122,14 @@ def test_every_payload_once_across_kills_of_sender_receiver_or_both(tmp_path):
     ctx = mp.get_context("spawn")
     spath, rpath = str(tmp_path / "sender.qs"), str(tmp_path / "receiver.qs")
     address = str(tmp_path / "receiver.sock")
+    gate = str(tmp_path / "kills-made")
     mains = {"sender": (sender_main, spath), "receiver": (receiver_main, rpath)}
     procs: dict[str, Any] = {}
     killed_alive = {"sender": 0, "receiver": 0}
 
     def start(who: str) -> None:
         fn, path = mains[who]
-        procs[who] = ctx.Process(target=fn, args=(path, address), name=who, daemon=True)
+        procs[who] = ctx.Process(target=fn, args=(path, address, gate), name=who, daemon=True)
         procs[who].start()
 
     start_time = time.monotonic()
@@ -133,15 +141,14 @@ def test_every_payload_once_across_kills_of_sender_receiver_or_both(tmp_path):
             victims = [["sender"], ["receiver"], ["sender", "receiver"]][r % 3]
             for who in victims:
                 p = procs[who]
-                if p.exitcode is not None:
-                    continue  # the sender finished: nothing left to kill
+                assert p.exitcode is None, f"seed {seed}: {who} ended before the gate opened"
                 os.kill(p.pid, signal.SIGKILL)
                 p.join(30)
                 assert p.exitcode == -signal.SIGKILL, f"{who}: exit code {p.exitcode}"
                 killed_alive[who] += 1
             for who in victims:
-                if who == "receiver" or procs[who].exitcode != 0:
-                    start(who)
+                start(who)
+        open(gate, "wb").close()
         procs["sender"].join(max(1.0, DEADLINE - (time.monotonic() - start_time)))
         assert procs["sender"].exitcode == 0, (
             f"seed {seed}: the sender did not finish in {DEADLINE} s "
@@ -152,7 +159,7 @@ def test_every_payload_once_across_kills_of_sender_receiver_or_both(tmp_path):
                 p.kill()
                 p.join(30)
 
-    assert killed_alive["sender"] >= 1 and killed_alive["receiver"] >= 1, (seed, killed_alive)
+    assert killed_alive == {"sender": 8, "receiver": 8}, (seed, killed_alive)
     with pyqstore.open(rpath) as r, pyqstore.open(spath) as s:
         got = list(r.queue("in").iter())
         want = [item(i) for i in range(TOTAL)]

@@ -73,9 +73,26 @@ def lines(n: int, seed: int) -> list[str]:
     return [" ".join(rnd.choice(vocab) for _ in range(rnd.randint(1, 8))) for _ in range(n)]
 
 
-def wordcount(text: list[str], out: str) -> Flow:
+class Paced:
+    """The lines of text, each after the first `fast` a millisecond late
+    until the file gate exists: a run stopped with Ctrl-C is then still
+    far from its end however fast the machine (a wait inside the source's
+    firing that never ended would keep the stop from coming)."""
+
+    def __init__(self, text: list[str], fast: int, gate: str) -> None:
+        self.text, self.fast, self.gate = text, fast, gate
+
+    def __iter__(self):
+        for i, line in enumerate(self.text):
+            if i >= self.fast and not os.path.exists(self.gate):
+                time.sleep(0.001)
+            yield line
+
+
+def wordcount(text: list[str], out: str, gate=None) -> Flow:
     f = Flow("wordcount")
-    f.source("lines", IterableSource(text), batch=10)
+    source = text if gate is None else Paced(text, len(text) // 10, gate)
+    f.source("lines", IterableSource(source), batch=10)
     f.node("split", words_of, parallelism=2, batch=10, maxsize=200, max_deliveries=0)
     f.node("count", Count, parallelism=2, batch=50, maxsize=500, max_deliveries=0)
     f.sink("sink", CallbackSink(StoreById(out)), batch=7, max_deliveries=0)
@@ -164,7 +181,8 @@ def _runner_script(tmp_path):
         "from pyqstore.flow import Runner\n"
         "if __name__ == '__main__':\n"
         "    text = t.lines(int(sys.argv[3]), seed=3)\n"
-        "    s = Runner(t.wordcount(text, sys.argv[2]), sys.argv[1], display=sys.stdout,\n"
+        "    gate = sys.argv[5] if len(sys.argv) > 5 else None\n"
+        "    s = Runner(t.wordcount(text, sys.argv[2], gate), sys.argv[1], display=sys.stdout,\n"
         "               layout=sys.argv[4] if len(sys.argv) > 4 else 'shared').run()\n"
         "    print('FINISHED' if s.finished else 'STOPPED', flush=True)\n")
     return script
@@ -226,8 +244,9 @@ def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path, layout):
     out = tmp_path / "sink"
     out.mkdir()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    gate = str(tmp_path / "stopped")     # the lines come slowly until it exists
     p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), str(out), "20000",
-                          layout], env=env, stdout=subprocess.PIPE, text=True,
+                          layout, gate], env=env, stdout=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
         _wait_for_progress(tmp_path / "run", layout=layout)
@@ -240,7 +259,8 @@ def test_ctrl_c_stops_the_run_and_a_second_run_resumes(tmp_path, layout):
     assert stdout.strip().endswith("STOPPED"), stdout
     assert "stopped: run again on the directory to resume" in stdout
     text = lines(20000, seed=3)
-    summary = Runner(wordcount(text, str(out)), str(tmp_path / "run"), display=None,
+    open(gate, "wb").close()
+    summary = Runner(wordcount(text, str(out), gate), str(tmp_path / "run"), display=None,
                      layout=layout).run()
     assert summary.finished
     got = collections.Counter()
