@@ -489,7 +489,11 @@ def test_a_derby_take_rolled_back_on_a_lock_timeout_is_run_again(tmp_path):
         taken: list[bytes] = []
         t = threading.Thread(target=lambda: taken.extend(b.qget_many("log", 1)))
         t.start()
-        time.sleep(2.5)         # past the 1 s wait: b's first attempt was rolled back
+        # until b's first attempt waited past the 1 s timeout and was rolled
+        # back (a fixed sleep would be too short for a slow JVM start)
+        end = time.monotonic() + 60
+        while b.retried < 1 and time.monotonic() < end:
+            time.sleep(0.05)
         a.commit()
         t.join(60)
         assert taken == [b"item-1"] and b.retried >= 1
@@ -525,7 +529,11 @@ def test_a_derby_write_rolled_back_on_a_lock_timeout_is_run_again(tmp_path, tabl
                 errors.append(e)
         t = threading.Thread(target=run)
         t.start()
-        time.sleep(2.5)         # past the 1 s wait: b's first attempt was rolled back
+        # until b's first attempt waited past the 1 s timeout and was rolled
+        # back (a fixed sleep would be too short for a slow JVM start)
+        end = time.monotonic() + 60
+        while b.retried < 1 and time.monotonic() < end:
+            time.sleep(0.05)
         a.commit()
         lock.close()
         t.join(60)
