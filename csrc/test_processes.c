@@ -25,6 +25,9 @@ static int fd_is(int fd, const char *suffix)
 /* Set in a thread: its next read of the main file sleeps this long first
  * (an operation that stays inside the checkpoint guard). */
 static _Thread_local long slow_read_ms;
+/* Set once such a read has begun its sleep (the thread is inside its
+ * operation): the main thread waits for it, not for a fixed time. */
+static _Atomic int slow_read_asleep;
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off)
 {
@@ -32,6 +35,7 @@ ssize_t pread(int fd, void *buf, size_t len, off_t off)
     if (!real)
         real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
     if (slow_read_ms && fd_is(fd, "/casket")) {
+        atomic_store(&slow_read_asleep, 1);
         msleep(slow_read_ms);
         slow_read_ms = 0;
     }
@@ -365,7 +369,9 @@ static void checkpoint_finished_after_readers_left(void)
     if (d) {
         pthread_t th;
         REQUIRE(pthread_create(&th, NULL, slow_get, d) == 0);
-        msleep(200);    /* the reader is inside its operation */
+        for (int i = 0; i < 2000 && !atomic_load(&slow_read_asleep); i++)
+            msleep(5);  /* until the reader is inside its operation */
+        CHECK(atomic_load(&slow_read_asleep));
         CHECK_RC(put_str(c, "b", "2"), QS_LOCKED);
         void *got;
         pthread_join(th, &got);

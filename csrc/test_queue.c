@@ -588,12 +588,13 @@ static void leases(void)
     CHECK_RC(qput(c, "q", "b", &b), 0);
 
     qs_items *r = NULL, *r2 = NULL;
-    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.2, &r), 0);
+    /* leases long enough for the calls inside them under valgrind */
+    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 1.0, &r), 0);
     CHECK(item_is(r, 0, "a", a));
     CHECK(qlen(c, "q") == 1);
     CHECK(get_is(c, "q", "b", b));
     CHECK_RC(get_rc(c, "q"), QS_NOTFOUND);
-    msleep(300);
+    msleep(1200);
     /* the lease ran out: a is back and the old token is worthless */
     CHECK(qlen(c, "q") == 1);
     CHECK_RC(qs_queue_ack(c, "q", 1, a, r->token), QS_NOTRESERVED);
@@ -617,10 +618,10 @@ static void leases(void)
     /* an acked leased item stays acked after the lease time */
     CHECK_RC(qput(c, "q", "c", &a), 0);
     r = NULL;
-    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.05, &r), 0);
+    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.5, &r), 0);
     CHECK_RC(qs_queue_ack(c, "q", 1, a, r->token), 0);
     qs_items_free(r);
-    msleep(100);
+    msleep(700);
     CHECK(qlen(c, "q") == 0);
     CHECK_RC(get_rc(c, "q"), QS_NOTFOUND);
 
@@ -652,10 +653,10 @@ static void lease_over_without_other_calls(void)
     CHECK_RC(qput(c, "q", "a", &a), 0);
     CHECK_RC(qput(c, "q", "b", &b), 0);
     qs_items *ra = NULL, *rb = NULL;
-    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.05, &ra), 0);
-    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.05, &rb), 0);
+    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.5, &ra), 0);
+    REQUIRE_RC(qs_queue_reserve(c, "q", 1, 0, 0.5, &rb), 0);
     CHECK(item_is(ra, 0, "a", a) && item_is(rb, 0, "b", b));
-    msleep(150);
+    msleep(700);
     CHECK_RC(qs_queue_ack(c, "q", 1, a, ra->token), QS_NOTRESERVED);
     CHECK_RC(qs_queue_release(c, "q", 1, b, rb->token), QS_NOTRESERVED);
     qs_items_free(ra);
