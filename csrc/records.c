@@ -335,6 +335,26 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
     return 0;
 }
 
+static int do_get_into(qs_casket *c, const void *key, size_t klen, void *buf, size_t cap,
+                       size_t *vlen)
+{
+    if (!vlen)
+        return QS_INVAL;
+    *vlen = 0;
+    if (!buf && cap)
+        return QS_INVAL;
+    void *val;
+    size_t n;
+    int rc = do_get(c, key, klen, &val, &n);
+    if (rc)
+        return rc;
+    if (n <= cap && n)
+        memcpy(buf, val, n);
+    free(val);
+    *vlen = n;
+    return 0;
+}
+
 static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
               uint64_t *count)
 {
@@ -446,6 +466,13 @@ int qs_get(qs_casket *c, const void *key, size_t klen, void **val, size_t *vlen)
 {
     int rc = cs_enter_call(c);
     return rc ? rc : cs_return(c, do_get(c, key, klen, val, vlen));
+}
+
+int qs_get_into(qs_casket *c, const void *key, size_t klen, void *buf, size_t cap,
+                size_t *vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_get_into(c, key, klen, buf, cap, vlen));
 }
 
 int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,

@@ -479,9 +479,48 @@ static void persistence_sync_off(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_get_into: the value when it fits, its length alone when it does
+ * not (buf untouched), and the errors its header names. */
+static void get_into_a_buffer(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_put(c, "k", 1, "value", 5), 0);
+    CHECK_RC(qs_put(c, "e", 1, "", 0), 0);
+    char buf[8];
+    size_t n = 99;
+    memset(buf, '#', sizeof buf);
+    CHECK_RC(qs_get_into(c, "k", 1, buf, sizeof buf, &n), 0);
+    CHECK(n == 5 && memcmp(buf, "value###", 8) == 0);
+    memset(buf, '#', sizeof buf);
+    CHECK_RC(qs_get_into(c, "k", 1, buf, 5, &n), 0);           /* exactly fits */
+    CHECK(n == 5 && memcmp(buf, "value###", 8) == 0);
+    memset(buf, '#', sizeof buf);
+    CHECK_RC(qs_get_into(c, "k", 1, buf, 4, &n), 0);           /* too long: length only */
+    CHECK(n == 5 && memcmp(buf, "########", 8) == 0);
+    CHECK_RC(qs_get_into(c, "k", 1, NULL, 0, &n), 0);          /* a length probe */
+    CHECK(n == 5);
+    CHECK_RC(qs_get_into(c, "e", 1, buf, sizeof buf, &n), 0);
+    CHECK(n == 0 && buf[0] == '#');
+    n = 7;
+    CHECK_RC(qs_get_into(c, "x", 1, buf, sizeof buf, &n), QS_NOTFOUND);
+    CHECK(n == 0 && buf[0] == '#');
+    CHECK_RC(qs_get_into(c, "k", 1, buf, sizeof buf, NULL), QS_INVAL);
+    n = 7;
+    CHECK_RC(qs_get_into(c, "k", 1, NULL, 4, &n), QS_INVAL);
+    CHECK(n == 0);
+    CHECK_RC(qs_get_into(c, NULL, 3, buf, sizeof buf, &n), QS_INVAL);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    RUN(get_into_a_buffer);
     RUN(empty_casket);
     RUN(readonly_open);
     RUN(open_missing);

@@ -105,6 +105,13 @@ def _to_bytes(x: Any, what: str) -> bytes:
     )
 
 
+#: Each thread's buffer for get's values (a get releases the GIL while
+#: the library copies into it, so threads cannot share one): two cffi
+#: allocations and the library's buffer to free were most of a get's cost.
+_SCRATCH = 4096
+_scratch = threading.local()
+
+
 def _take(pp: Any, n: int) -> bytes:
     """Copy n bytes from the library buffer *pp, then qs_free it."""
     p = pp[0]
@@ -487,6 +494,22 @@ class Casket(MutableMapping[bytes, bytes]):
     def get(self, key: BytesLike, default: Any = None) -> Any:
         """The first value of ``key``, or ``default`` when it has none."""
         k, kl = _arg(key, "key")
+        try:
+            buf, pn = _scratch.cell
+        except AttributeError:
+            buf, pn = _scratch.cell = (ffi.new("char[]", _SCRATCH), ffi.new("size_t *"))
+        rc = lib.qs_get_into(self._c, k, kl, buf, _SCRATCH, pn)
+        if rc:
+            if rc == _NOTFOUND:
+                return default
+            raise self._error(rc, "get")
+        n = pn[0]
+        if n <= _SCRATCH:
+            return ffi.unpack(buf, n)
+        return self._get_large(k, kl, default)
+
+    def _get_large(self, k: Any, kl: int, default: Any) -> Any:
+        # a value longer than the scratch buffer: the library's own copy
         pp = ffi.new("void **")
         pn = ffi.new("size_t *")
         rc = lib.qs_get(self._c, k, kl, pp, pn)

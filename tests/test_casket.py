@@ -1196,3 +1196,38 @@ def test_open_names_the_argument_of_the_wrong_type(path, kw, match):
     with pytest.raises(TypeError, match=match):
         pyqstore.open(path, "c", **kw)
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 100_000])
+def test_get_returns_values_either_side_of_the_scratch_buffer(casket, size):
+    # get copies a value that fits into its thread's buffer, and asks the
+    # library for its own copy of one that does not
+    value = bytes(random.Random(size).getrandbits(8) for _ in range(size))
+    casket[b"k"] = value
+    assert casket.get(b"k") == value and casket[b"k"] == value
+    assert casket.get(memoryview(b"k")) == value and casket.get("k") == value
+    assert casket.get(b"gone", b"default") == b"default"
+
+
+def test_gets_in_threads_each_see_their_own_values(casket):
+    # each thread has its own buffer: values read at once in several threads
+    # (the GIL is released while the library copies) never mix
+    values = {b"k%d" % i: bytes([i]) * (1 + 997 * i) for i in range(8)}
+    with casket.transaction():
+        for k, v in values.items():
+            casket[k] = v
+    wrong: list[bytes] = []
+
+    def read(keys: list[bytes]) -> None:
+        for _ in range(3000):
+            for k in keys:
+                if casket.get(k) != values[k]:
+                    wrong.append(k)
+
+    threads = [threading.Thread(target=read, args=([k for k in values if k[-1] % 4 == j],))
+               for j in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
