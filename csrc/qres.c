@@ -290,56 +290,54 @@ void qr_del(sh_region *r, uint64_t qhash, uint64_t id)
     seq_close(r);
 }
 
-uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
+/* Spins before a reader takes what it saw: a change that never settles was
+ * left by a holder that died in it, and repair_torn mends it only under the
+ * write lock. */
+#define READ_SPINS 1000
+
+/* Copies the queue's entry as one consistent snapshot, without the write
+ * lock: 1 when it has one, 0 when not (*out zeroed), -1 when a change never
+ * settled (*out is what the last try saw, possibly torn). */
+static int q_read(const sh_region *r, uint64_t qhash, qr_qent *out)
 {
-    if (!r->up_area) {
-        if (min_deadline_ns)
-            *min_deadline_ns = 0;
-        return 0;
-    }
     for (unsigned spins = 0;; spins++) {
         uint32_t s1 = atomic_load(r->up_seq);
-        uint64_t n = 0, md = 0;
-        if (!(s1 & 1) || spins > 1000) {
+        if (!(s1 & 1) || spins >= READ_SPINS) {
             const qr_qent *q = q_find(r, qhash);
-            if (q) {
-                n = q->count;
-                md = q->min_deadline_ns;
-            }
+            if (q)
+                *out = *q;
+            else
+                memset(out, 0, sizeof *out);
             atomic_thread_fence(memory_order_acquire);
-            if (atomic_load(r->up_seq) == s1 || spins > 1000) {
-                if (min_deadline_ns)
-                    *min_deadline_ns = md;
-                return n;
-            }
+            if (atomic_load(r->up_seq) == s1)
+                return q != NULL;
+            if (spins >= READ_SPINS)
+                return -1;
         }
         if (spins > 100)
             sched_yield();
     }
 }
 
+uint64_t qr_count(const sh_region *r, uint64_t qhash, uint64_t *min_deadline_ns)
+{
+    qr_qent q = {0};
+    if (r->up_area)
+        (void)q_read(r, qhash, &q);   /* a torn read still gives a count */
+    if (min_deadline_ns)
+        *min_deadline_ns = q.min_deadline_ns;
+    return q.count;
+}
+
 int qr_run_end(const sh_region *r, uint64_t qhash, uint64_t id, uint64_t *hi)
 {
-    if (!r->up_area)
+    qr_qent q;
+    if (!r->up_area || q_read(r, qhash, &q) != 1)
+        return 0;   /* no run, or a torn one: no skip */
+    if (!q.run_lo || id < q.run_lo || id > q.run_hi)
         return 0;
-    for (unsigned spins = 0; spins < 1000; spins++) {
-        uint32_t s1 = atomic_load(r->up_seq);
-        if (s1 & 1) {
-            if (spins > 100)
-                sched_yield();
-            continue;
-        }
-        const qr_qent *q = q_find(r, qhash);
-        uint64_t lo = q ? q->run_lo : 0, end = q ? q->run_hi : 0;
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load(r->up_seq) != s1)
-            continue;
-        if (!lo || id < lo || id > end)
-            return 0;
-        *hi = end;
-        return 1;
-    }
-    return 0;   /* a change that never settles (a holder died in it): no skip */
+    *hi = q.run_hi;
+    return 1;
 }
 
 /* Copies tried before a listing takes what it saw. */

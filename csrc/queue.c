@@ -745,14 +745,35 @@ static int unref(bt_ctx *bt, uint64_t id)
     return bt_delete(bt, &path);
 }
 
-/* A hidden id that starts a long enough stretch of the queue's run of
- * reserved ids (qr_run_end): *end is the stretch's last id, worth one seek
- * past instead of a step and a check per item.  Shorter stretches are
- * stepped over (a seek costs several steps). */
+/* Whether a taker stepping up q's ids must pass over id.  Reserved ids
+ * often come in a run (qr_run_end): one that starts a long enough stretch
+ * of it sets *seek to the id after the stretch, worth one seek instead of
+ * a step and a check per item (else *seek is 0); a shorter stretch is
+ * stepped over, a seek costing several steps, and *known keeps it, so its
+ * other ids are passed with no lookup at all.  *known starts empty ({0, 0})
+ * for each scan; it is a range, not a bound, because a later priority run
+ * holds lower ids. */
 #define SKIP_MIN 8
-static int past_run(const sh_region *sh, const qq_queue *q, uint64_t id, uint64_t *end)
+typedef struct id_range {
+    uint64_t lo, hi;
+} id_range;
+
+static int passed_over(const sh_region *sh, const qq_queue *q, uint64_t id, id_range *known,
+                       uint64_t *seek)
 {
-    return qr_run_end(sh, q->hash, id, end) && *end - id >= SKIP_MIN;
+    *seek = 0;
+    if (known->lo && id >= known->lo && id <= known->hi)
+        return 1;
+    if (!hidden(sh, q, id))
+        return 0;
+    uint64_t end;
+    if (qr_run_end(sh, q->hash, id, &end)) {
+        if (end - id >= SKIP_MIN)
+            *seek = end + 1;
+        else
+            *known = (id_range){id, end};
+    }
+    return 1;
 }
 
 /* Positions path on the first item of q's run r at or after id `from`
@@ -763,6 +784,8 @@ static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run
     bt_key pk = {r->key, r->klen, from};
     int rc = bt_seek_ge(bt, &pk, path);
     int any = q->nm || qr_count(sh, q->hash, NULL);
+    id_range known = {0, 0};
+    uint64_t seek;
     while (rc == 0) {
         int eq;
         if ((rc = bt_key_is(bt, path, r->key, r->klen, &eq)) != 0)
@@ -771,11 +794,10 @@ static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run
             return QS_NOTFOUND;
         if ((rc = bt_read(bt, path, NULL, NULL, 0, id)) != 0)
             return rc;
-        if (!any || !hidden(sh, q, *id))
+        if (!any || !passed_over(sh, q, *id, &known, &seek))
             return 0;
-        uint64_t end;
-        if (past_run(sh, q, *id, &end)) {
-            pk.seq = end + 1;
+        if (seek) {
+            pk.seq = seek;
             rc = bt_seek_ge(bt, &pk, path);
             continue;
         }
@@ -1684,7 +1706,8 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     if ((rc = qo_run_first(&bt, q->key, q->klen, &q->order, &run)) != 0)
         return rc;
     bt_path path;
-    uint64_t id, from = 1;
+    uint64_t id, from = 1, seek;
+    id_range known = {0, 0};
     int kept = 0, any = q->nm || qr_count(sh, q->hash, NULL);
     while (a->out.n < a->max) {
         /* A batch of reservations stops where the room ends (the first
@@ -1720,10 +1743,9 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         }
         if (rc)
             break;
-        if (any && hidden(sh, q, id)) {
-            uint64_t end;
-            if (past_run(sh, q, id, &end)) {
-                from = end + 1;
+        if (any && passed_over(sh, q, id, &known, &seek)) {
+            if (seek) {
+                from = seek;
                 kept = 0;
                 continue;
             }
