@@ -657,6 +657,23 @@ int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
     return vout ? append_value(c, &cv, vout, hdr) : 0;
 }
 
+int bt_read_into(bt_ctx *c, const bt_path *path, void *buf, size_t cap, size_t *vlen)
+{
+    cellv cv;
+    int rc = cell_at(c, path, &cv);
+    if (rc)
+        return rc;
+    if (cv.ovfl && ovfl_bytes(&cv, 1) / OV_CAP >= pg_meta_of(c->p, c->wview)->npages)
+        return QS_CORRUPT;
+    *vlen = cv.vlen;
+    if (cv.vlen > cap || !cv.vlen)
+        return 0;
+    if (cv.ovfl)
+        return ovfl_read(c, cv.ovfl, cv.klen - cv.kin, cv.vlen, buf);
+    memcpy(buf, cv.val, cv.vlen);
+    return 0;
+}
+
 /* Appends cell cv's value to vout, after its length (u32) when hdr is 4. */
 static int append_value(bt_ctx *c, const cellv *cv, bt_buf *vout, size_t hdr)
 {

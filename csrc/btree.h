@@ -66,6 +66,10 @@ int bt_prev(bt_ctx *c, bt_path *path);
 int bt_read(bt_ctx *c, const bt_path *path, bt_buf *kout, bt_buf *vout,
             int with_len, uint64_t *seq);
 
+/* The value of the record at path into buf when it fits in cap bytes;
+ * *vlen gets its length either way (buf untouched when longer). */
+int bt_read_into(bt_ctx *c, const bt_path *path, void *buf, size_t cap, size_t *vlen);
+
 /* Whether the record at path has key (key, klen), seq ignored: *eq 0/1. */
 int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen, int *eq);
 

@@ -428,12 +428,14 @@ int qs_get(qs_casket *c, const void *key, size_t klen,
 /* First value of key, copied into the caller's buffer: *vlen gets its
  * length, and when that is at most cap the value is in buf[0..*vlen);
  * when it is longer, buf is untouched (call again with a buffer of *vlen
- * bytes, or use qs_get, which also sees a value changed in between).  For
- * small values: one call, no buffer of the library's to free.
+ * bytes, or use qs_get, which also sees a value changed in between).  The
+ * value is read from its page straight into buf: for small values one
+ * call, no buffer of the library's to allocate or free.
  * @return 0, or QS_NOTFOUND (the key has no value), QS_INVAL (vlen NULL,
  *         buf NULL with cap > 0, key NULL with klen > 0), QS_TOOBIG
- *         (klen), HANDLE, STORAGE, SNAPSHOT, DEFERRED, NOMEM
- * @fail   *vlen 0 (untouched when NULL); buf untouched. */
+ *         (klen), HANDLE, STORAGE, SNAPSHOT, DEFERRED
+ * @fail   *vlen 0 (untouched when NULL); buf may hold part of the value
+ *         (STORAGE in the middle of a long one), else untouched. */
 int qs_get_into(qs_casket *c, const void *key, size_t klen,
                 void *buf, size_t cap, size_t *vlen);
 

@@ -343,16 +343,20 @@ static int do_get_into(qs_casket *c, const void *key, size_t klen, void *buf, si
     *vlen = 0;
     if (!buf && cap)
         return QS_INVAL;
-    void *val;
-    size_t n;
-    int rc = do_get(c, key, klen, &val, &n);
+    int rc = rec_check_kv(key, klen, NULL, 0);
     if (rc)
         return rc;
-    if (n <= cap && n)
-        memcpy(buf, val, n);
-    free(val);
-    *vlen = n;
-    return 0;
+    bt_ctx bt;
+    bt_path path;
+    size_t n = 0;
+    READ_ENTER(c, &bt);
+    rc = find_first(&bt, key, klen, &path);
+    if (rc == 0)
+        rc = bt_read_into(&bt, &path, buf, cap, &n);
+    cs_read_leave(c, &bt);
+    if (rc == 0)
+        *vlen = n;
+    return rc;
 }
 
 static int do_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,
