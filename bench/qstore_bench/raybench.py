@@ -150,11 +150,7 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
                 break
             if killed is None and seen >= kill_when:
                 killed = now
-                vols = cluster.remove(VOLUMES["map"])
-                open(gate, "wb").close()
-                t = time.perf_counter()
-                cluster.add(vols)
-                joined = time.perf_counter() - t
+                joined = cluster.replace(VOLUMES["map"], removed=lambda: open(gate, "wb").close())
             if now > fb.RUN_TIMEOUT:
                 raise RuntimeError(f"the chain on Ray did not finish within {fb.RUN_TIMEOUT:.0f} s")
             time.sleep(sample)
@@ -173,7 +169,8 @@ def run_flow(wd: Any, items: int, batch: int, *, sync: bool = True, name: str = 
     out: dict[str, Any] = {"items": items, "seconds": elapsed, "items_per_s": items / elapsed,
                            "flowing_s": flowing, "flowing_items_per_s": items / flowing}
     if kill_at is not None:
-        assert killed is not None, "the held source let the kill run finish before the kill"
+        if killed is None:
+            raise RuntimeError("the held source let the kill run finish before the kill")
         out.update(kill_cost(samples, killed), replacement_join_s=joined)
     return out
 

@@ -9,7 +9,7 @@ to that interface's address even when told 127.0.0.1.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .netns import only_loopback
 
@@ -76,11 +76,15 @@ class LocalCluster:
         del self.workers[vols]
         return vols
 
-    def replace(self, volume: str, pause: float = 0.0) -> float:
-        """Remove the worker offering volume and, after pause seconds, add
-        a replacement offering the same volumes; returns the seconds the
-        replacement took to join."""
+    def replace(self, volume: str, pause: float = 0.0,
+                removed: Optional[Callable[[], None]] = None) -> float:
+        """Remove the worker offering volume, call removed (if given: what
+        must happen while no worker offers the volume), and after pause
+        seconds add a replacement offering the same volumes; returns the
+        seconds the replacement took to join."""
         vols = self.remove(volume)
+        if removed is not None:
+            removed()
         time.sleep(pause)
         t = time.monotonic()
         self.add(vols)
