@@ -513,6 +513,22 @@ static void get_into_a_buffer(void)
     CHECK_RC(qs_get_into(c, "k", 1, NULL, 4, &n), QS_INVAL);
     CHECK(n == 0);
     CHECK_RC(qs_get_into(c, NULL, 3, buf, sizeof buf, &n), QS_INVAL);
+    /* a value on overflow pages: read from them into the buffer, or
+     * nothing read at all when it does not fit */
+    enum { LONG = 3 * 4096 + 17 };
+    char *lv = malloc(LONG), *lb = malloc(LONG + 1);
+    REQUIRE(lv && lb);
+    for (size_t i = 0; i < LONG; i++)
+        lv[i] = (char)(i * 31 + 7);
+    CHECK_RC(qs_put(c, "long", 4, lv, LONG), 0);
+    memset(lb, '#', LONG + 1);
+    CHECK_RC(qs_get_into(c, "long", 4, lb, LONG + 1, &n), 0);
+    CHECK(n == LONG && memcmp(lb, lv, LONG) == 0 && lb[LONG] == '#');
+    memset(lb, '#', LONG + 1);
+    CHECK_RC(qs_get_into(c, "long", 4, lb, LONG - 1, &n), 0);
+    CHECK(n == LONG && lb[0] == '#' && lb[LONG - 2] == '#');
+    free(lv);
+    free(lb);
     CHECK_RC(qs_close(c), 0);
     tc_tmp_remove(&t);
 }
