@@ -88,9 +88,11 @@ class _Pickle:
     def encode_many(objs: Iterable[Any]) -> list[bytes]:
         return list(map(pickle.dumps, objs, repeat(pickle.HIGHEST_PROTOCOL)))
 
+    # list.extend appends as it goes: when a payload fails, out holds the
+    # ones decoded before it
     @staticmethod
-    def decode_many(data: list[bytes]) -> list[Any]:
-        return list(map(pickle.loads, data))
+    def decode_into(data: list[bytes], out: list[Any]) -> None:
+        out.extend(map(pickle.loads, data))
 
 
 class _Json:
@@ -277,14 +279,16 @@ def _codec_name(codec: Codec[Any]) -> str:
 
 def _decode_all(queue: "Queue[T]", codec: Codec[T], ids: list[int], payloads: list[bytes]) -> list[T]:
     """Every payload decoded; DecodeError naming the first that fails."""
+    out: list[T] = []
     if type(codec) is _Pickle:
         try:
-            return _Pickle.decode_many(payloads)
+            _Pickle.decode_into(payloads, out)
+            return out
         except Exception:
-            pass        # the loop below finds the payload and names it
+            pass        # the loop below names the payload, going on from it
     decode = codec.decode
-    out: list[T] = []
-    for i, p in enumerate(payloads):
+    for i in range(len(out), len(payloads)):
+        p = payloads[i]
         try:
             out.append(decode(p))
         except Exception as e:
@@ -747,6 +751,14 @@ class Queue(Generic[T]):
             self._raise_put_many(rc, n)
         return n
 
+    def _stored(self, items: list[Any]) -> list[bytes]:
+        """Items as the queue stores them: encoded with its codec, or as
+        plain bytes (TypeError naming a payload that is neither)."""
+        codec = self._codec
+        if codec is None:
+            return [_raw_payload(x) for x in items]
+        return _encoded_all(codec, items)
+
     def _put_order(self, items: list[Any], delay: Any, priority: Any, op: str) -> int:
         """Stores items (encoded here) with a delay and a priority
         (qs_queue_put_order); the first id, or 0 for none."""
@@ -754,11 +766,9 @@ class Queue(Generic[T]):
         p = _priority_arg(priority)
         if not items:
             return 0
-        codec = self._codec
-        payloads = [_raw_payload(x) if codec is None else _encoded(codec, x) for x in items]
-        data, lens = _pack(payloads)
+        data, lens = _pack(self._stored(items))
         out = _new("uint64_t *")
-        rc = lib.qs_queue_put_order(self._c, self._key, self._klen, len(payloads), data,
+        rc = lib.qs_queue_put_order(self._c, self._key, self._klen, len(items), data,
                                     len(data), ffi.from_buffer("uint32_t[]", lens), d, p, out)
         if rc:
             self._raise(rc, op)
@@ -795,11 +805,9 @@ class Queue(Generic[T]):
         klist = _keys_arg(keys, len(items))
         if not items:
             return [], 0
-        codec = self._codec
-        payloads = [_raw_payload(x) if codec is None else _encoded(codec, x) for x in items]
-        data, lens = _pack(payloads)
+        data, lens = _pack(self._stored(items))
         klens = array("I", [_NO_KEY if k is None else len(k) for k in klist])
-        n = len(payloads)
+        n = len(items)
         ids = _new("uint64_t[]", n)
         stored = _new("size_t *")
         rc = lib.qs_queue_put_keyed(self._c, self._key, self._klen, n, data, len(data),

@@ -224,3 +224,28 @@ def test_model(casket, program):
         assert len(q) == len(model)
     if saved is not None:
         casket.abort()
+
+
+def test_a_pickle_batch_names_its_first_bad_item_and_decodes_the_rest_once(casket, monkeypatch):
+    """The pickle codec decodes a batch in one pass; when a payload in the
+    middle fails, the payloads before it are not decoded a second time to
+    find it, and the error names that payload, not a later bad one."""
+    import pickle
+
+    raw = casket.queue("jobs")
+    good = [pickle.dumps(i) for i in range(5)]
+    ids = [raw.put(p) for p in good[:3]] + [raw.put(BAD), raw.put(good[3]), raw.put(b"\xff")]
+    q = casket.queue("jobs", codec="pickle")
+    seen: list[bytes] = []
+    real_loads = pickle.loads
+
+    def counting_loads(data: bytes, *args: object, **kwargs: object) -> object:
+        seen.append(bytes(data))
+        return real_loads(data, *args, **kwargs)
+
+    monkeypatch.setattr(pickle, "loads", counting_loads)
+    with pytest.raises(pyqstore.DecodeError) as ei:
+        q.get_many(10)
+    assert (ei.value.id, ei.value.payload) == (ids[3], BAD)
+    assert seen.count(good[0]) == 1 and seen.count(good[2]) == 1
+    assert len(q) == 6
