@@ -357,6 +357,19 @@ void qs_locked_by(qs_lock_holder *out);
  * @fail as each code says. */
 int qs_commit(qs_casket *c);
 
+/* qs_commit that does not wait for the log sync, whatever the handle's
+ * sync setting: on return the transaction is visible and in the log, so
+ * it survives the death of this process (a kill, a crash), but a machine
+ * crash or power cut may lose it until a later synced commit (anyone's on
+ * this casket: one log, synced in order), a qs_sync or a checkpoint
+ * returns.  Losing it then loses nothing after it.  For a change whose
+ * loss is harmless, such as forgetting what a receiver already holds
+ * (the flow's sender removing a delivered batch: offered again, it is
+ * dropped as a duplicate), so that it costs no fdatasync.
+ * @return as qs_commit, without its sync errors
+ * @fail as qs_commit. */
+int qs_commit_nosync(qs_casket *c);
+
 /* Abandons this thread's transaction (its buffered putdups too): the
  * casket is exactly as before qs_begin.
  * @return 0, or QS_TXN (this thread has no transaction), HANDLE

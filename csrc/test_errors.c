@@ -104,6 +104,7 @@ static int every_call_returns(qs_casket *c, qs_cursor *cur, qs_queue *q, const c
     } while (0)
     EXPECT(qs_begin(c));
     EXPECT(qs_commit(c));
+    EXPECT(qs_commit_nosync(c));
     EXPECT(qs_abort(c));
     EXPECT(qs_put(c, "k", 1, "v", 1));
     EXPECT(qs_putkeep(c, "n", 1, "v", 1));
@@ -331,6 +332,7 @@ static void bad_arguments_are_qs_inval(void)
     CHECK_RC(qs_close(NULL), 0);
     CHECK_RC(qs_begin(NULL), QS_INVAL);
     CHECK_RC(qs_commit(NULL), QS_INVAL);
+    CHECK_RC(qs_commit_nosync(NULL), QS_INVAL);
     CHECK_RC(qs_abort(NULL), QS_INVAL);
     CHECK(qs_in_transaction(NULL) == 0);
     CHECK(qs_corrupt_page(NULL) == 0);
@@ -509,6 +511,7 @@ static void documented_failures(void)
     CHECK(n == 0);
     /* transactions */
     CHECK_RC(qs_commit(c), QS_TXN);
+    CHECK_RC(qs_commit_nosync(c), QS_TXN);
     CHECK_RC(qs_abort(c), QS_TXN);
     CHECK_RC(qs_begin(c), 0);
     CHECK_RC(qs_begin(c), QS_TXN);

@@ -658,7 +658,7 @@ int tx_begin(qs_casket *c)
     return 0;
 }
 
-int tx_commit(qs_casket *c)
+int tx_commit(qs_casket *c, int wait_sync)
 {
     if (!cs_owns(c) || !c->explicit_txn)
         return QS_TXN;
@@ -670,7 +670,10 @@ int tx_commit(qs_casket *c)
         tx_writer_leave(c);
         return rc;
     }
-    return commit_and_leave(c);
+    if (wait_sync)
+        return commit_and_leave(c);
+    uint64_t lsn;   /* logged; a later sync (anyone's) makes it durable */
+    return tx_commit_release(c, &lsn);
 }
 
 int tx_abort(qs_casket *c)
@@ -797,7 +800,13 @@ int qs_begin(qs_casket *c)
 int qs_commit(qs_casket *c)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, tx_commit(c));
+    return rc ? rc : cs_return(c, tx_commit(c, 1));
+}
+
+int qs_commit_nosync(qs_casket *c)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, tx_commit(c, 0));
 }
 
 int qs_abort(qs_casket *c)

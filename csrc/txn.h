@@ -53,10 +53,10 @@ void tx_layers_call(qs_casket *c, tx_event ev);
  * (wait 0); does not apply buffered putdups first (cs_write does). */
 int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait);
 
-/* qs_begin, qs_commit, qs_abort without the call accounting (c is not NULL:
- * the public entry checked it). */
+/* qs_begin, qs_commit (wait_sync 1) or qs_commit_nosync (0), qs_abort
+ * without the call accounting (c is not NULL: the public entry checked it). */
 int tx_begin(qs_casket *c);
-int tx_commit(qs_casket *c);
+int tx_commit(qs_casket *c, int wait_sync);
 int tx_abort(qs_casket *c);
 
 /* cs_read_enter for the user namespace that returns its error from the
