@@ -733,11 +733,18 @@ class Casket(MutableMapping[bytes, bytes]):
         TransactionError when this thread already has one."""
         self._call("begin", lib.qs_begin)
 
-    def commit(self) -> None:
+    def commit(self, sync: bool = True) -> None:
         """Commit this thread's transaction (durable on return when opened
         with ``sync=True``).  TransactionError when this thread has none.
-        On an I/O error the transaction is aborted and the error raised."""
-        rc = lib.qs_commit(self._c)
+        On an I/O error the transaction is aborted and the error raised.
+
+        ``sync=False``: do not wait for the log sync, however the casket
+        was opened.  The transaction is visible and survives this
+        process's death at once, but a power cut may lose it (with what was
+        committed after it) until a later synced commit on this casket,
+        :meth:`sync` or a checkpoint returns.  For changes whose loss is
+        harmless, at no fdatasync's cost."""
+        rc = lib.qs_commit(self._c) if sync else lib.qs_commit_nosync(self._c)
         if rc:
             raise self._error(rc, "commit")
 
@@ -756,9 +763,9 @@ class Casket(MutableMapping[bytes, bytes]):
         return bool(lib.qs_in_transaction(self._c))
 
     @contextmanager
-    def transaction(self) -> Iterator["Casket"]:
-        """Context manager: begin, then commit when the block succeeds or
-        abort (and re-raise) when it raises."""
+    def transaction(self, sync: bool = True) -> Iterator["Casket"]:
+        """Context manager: begin, then commit (``commit(sync)``) when the
+        block succeeds or abort (and re-raise) when it raises."""
         self.begin()
         try:
             yield self
@@ -768,7 +775,7 @@ class Casket(MutableMapping[bytes, bytes]):
             except Error:
                 pass
             raise
-        self.commit()
+        self.commit(sync)
 
     # ------------------------------------------------------------------ queues
 

@@ -769,6 +769,28 @@ def test_stats(casket):
     casket.abort()
 
 
+def test_a_commit_without_sync_is_visible_at_once_and_made_durable_by_the_next(path):
+    """commit(sync=False) on a synced casket: no fdatasync of its own, the
+    change visible to another handle at once; the next synced commit
+    syncs the log once, for both."""
+    with pyqstore.open(path, "n", sync=True) as c, pyqstore.open(path, "w") as other:
+        syncs = c.stats()["syncs"]
+        with c.transaction(sync=False):
+            c.put(b"a", b"1")
+        c.begin()
+        c.put(b"b", b"2")
+        c.commit(sync=False)
+        assert c.stats()["syncs"] == syncs
+        assert (other.get(b"a"), other.get(b"b")) == (b"1", b"2")
+        with pytest.raises(pyqstore.TransactionError):
+            c.commit(sync=False)           # no transaction: as commit()
+        with c.transaction():
+            c.put(b"c", b"3")
+        assert c.stats()["syncs"] == syncs + 1
+    with pyqstore.open(path, "w") as c:
+        assert [c.get(k) for k in (b"a", b"b", b"c")] == [b"1", b"2", b"3"]
+
+
 def test_sync_moves_data_to_main_file(path):
     with pyqstore.open(path) as c:
         c.put(b"k", b"SYNCMARK" * 10)
