@@ -323,7 +323,10 @@ class Outbox:
         seq = _seq(seq)
         casket = self._casket
         removed = 0
-        with casket.transaction():
+        # No sync of its own: a power cut that loses the removal leaves the
+        # batches to be offered again, and the receiver's mark drops them
+        # as duplicates.  The casket's next synced commit makes it durable.
+        with casket.transaction(sync=False):
             require_owner(casket, self.epoch)
             last = read_counter(casket, self._seq_key)
             if seq > last:
