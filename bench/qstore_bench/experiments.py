@@ -143,6 +143,28 @@ def seed_ids(n: int, size: int) -> list[bytes]:
 SWEEP_METHODS = ("prepared", "seed")
 
 
+def sweep_run(b: bk.Backend, session: bk.Session, wd: Workdir, sync: bool, layer: str,
+              make_ids: Callable[[], list[bytes]]) -> float:
+    """One timed run of seed 000 on a fresh store: make_ids() (inside the
+    clock, where the seed's method makes its uuids) and one transaction of
+    them (casket layer: putdup(QUEUE, id) and putdup(id, id); queue layer:
+    queue puts) up to the return of its commit.  Opening and closing are
+    not timed."""
+    d = wd.fresh()
+    store = bk.open_store(b, d, sync, session)
+    try:
+        t0 = time.perf_counter()
+        ids = make_ids()
+        if layer == "casket":
+            store.seed_transaction(ids)
+        else:
+            store.queue_transaction(ids)
+        return time.perf_counter() - t0
+    finally:
+        store.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, payload_size: int,
           layer: str, base: Optional[str], progress: Progress = _quiet,
           seed: int = 1, method: str = "prepared") -> dict[str, Any]:
@@ -173,20 +195,9 @@ def sweep(backends: list[bk.Backend], max_exp: int, reps: int, sync: bool, paylo
                         times, warm = [], None
                         warmup = warmups and n <= 10 ** 5
                         for r in range(reps + (1 if warmup else 0)):
-                            d = wd.fresh()
-                            store = bk.open_store(b, d, sync, session)
-                            try:
-                                t0 = time.perf_counter()
-                                if not warmups:
-                                    ids = seed_ids(n, payload_size)
-                                if layer == "casket":
-                                    store.seed_transaction(ids)
-                                else:
-                                    store.queue_transaction(ids)
-                                dt = time.perf_counter() - t0
-                            finally:
-                                store.close()
-                                shutil.rmtree(d, ignore_errors=True)
+                            make = ((lambda: ids) if warmups else
+                                    (lambda: seed_ids(n, payload_size)))
+                            dt = sweep_run(b, session, wd, sync, layer, make)
                             if warmup and r == 0:
                                 warm = dt
                             else:
@@ -364,6 +375,39 @@ def _tool_rows(b: bk.Backend, session: bk.Session, report: dict[str, Any],
     return rows
 
 
+def perf_run(b: bk.Backend, session: bk.Session, wd: Workdir, sync: bool, threads: int,
+             keys: list[bytes], value: bytes, handles: str = "per-thread"
+             ) -> tuple[float, float, int]:
+    """One run of seed 001's KeyValuePerformance on a fresh store: the
+    write phase (a put of value under each key, each its own commit) and
+    the read phase (a get of each key), the keys split over `threads`
+    threads; (write seconds, read seconds, how many distinct handles)."""
+    def write(s: bk.Store, a: int, z: int) -> None:
+        put = s.put
+        for k in keys[a:z]:
+            put(k, value)
+
+    def read(s: bk.Store, a: int, z: int) -> None:
+        get = s.get
+        for k in keys[a:z]:
+            get(k)
+
+    d = wd.fresh()
+    first = bk.open_store(b, d, sync, session)
+    stores = [first] + [first.connect() if handles == "per-thread" else first
+                        for _ in range(threads - 1)]
+    try:
+        w = _phase(stores, write, threads, len(keys))
+        r = _phase(stores, read, threads, len(keys))
+        if b is not bk.NULL and first.get(keys[-1]) != value:
+            raise RuntimeError(f"{b.name}: read back a wrong value")
+        return w, r, len({id(s) for s in stores})
+    finally:
+        for s in {id(s): s for s in stores}.values():
+            s.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: int, sync: bool,
          reps: int, base: Optional[str], progress: Progress = _quiet,
          handles: str = "per-thread") -> dict[str, Any]:
@@ -387,17 +431,6 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
     keys = [b"key-%010d" % i for i in range(requests)]
     value = b"v" * value_size
     results = []
-
-    def write(s: bk.Store, a: int, z: int) -> None:
-        put = s.put
-        for k in keys[a:z]:
-            put(k, value)
-
-    def read(s: bk.Store, a: int, z: int) -> None:
-        get = s.get
-        for k in keys[a:z]:
-            get(k)
-
     with Workdir(base) as wd:
         info = machine(wd.root)
         for b in [bk.NULL] + usable:
@@ -405,22 +438,10 @@ def perf(backends: list[bk.Backend], threads: int, requests: int, value_size: in
             w_times, r_times = [], []
             with b.session(sync) as session:
                 for _ in range(reps + 1):   # the first is a warm-up, reported apart
-                    d = wd.fresh()
-                    first = bk.open_store(b, d, sync, session)
-                    stores = [first] + [first.connect() if handles == "per-thread" else first
-                                        for _ in range(threads - 1)]
-                    distinct = len({id(s) for s in stores})
-                    try:
-                        w_times.append(_phase(stores, write, threads, requests))
-                        r_times.append(_phase(stores, read, threads, requests))
-                        if b is not bk.NULL:
-                            probe = first.get(keys[-1])
-                            if probe != value:
-                                raise RuntimeError(f"{b.name}: read back a wrong value")
-                    finally:
-                        for s in {id(s): s for s in stores}.values():
-                            s.close()
-                        shutil.rmtree(d, ignore_errors=True)
+                    w, r, distinct = perf_run(b, session, wd, sync, threads, keys, value,
+                                              handles)
+                    w_times.append(w)
+                    r_times.append(r)
                 results.append(_perf_row(b.name, b.row_label(), handles, distinct,
                                          sync_label(b, sync), w_times, r_times, requests))
                 if b.tool_label:

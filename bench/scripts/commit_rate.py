@@ -21,6 +21,9 @@ that noise on the disk hits all of them; medians are reported.
 Requirements printed as PASS/FAIL (the exit status is 0 unless pyqstore
 could not run at all): pyqstore-1 >= 0.9 x floor; pyqstore-T > 4 x
 pyqstore-1.
+
+bench_pyqstore and bench_floor_threads live in qstore_bench/commit_rate.py,
+where `qstore-bench goals` times them too.
 """
 
 import argparse
@@ -31,18 +34,11 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
-VALUE = b"v" * 36
-WARMUP_OPS = 10
-
-
-def _fdatasync(fd):
-    if hasattr(os, "fdatasync"):
-        os.fdatasync(fd)
-    else:
-        os.fsync(fd)
+from qstore_bench.commit_rate import VALUE, WARMUP_OPS, fdatasync
+from qstore_bench.commit_rate import floor_threads as bench_floor_threads
+from qstore_bench.commit_rate import pyqstore as bench_pyqstore
 
 
 def bench_floor(d, seconds):
@@ -55,13 +51,13 @@ def bench_floor(d, seconds):
         buf = os.urandom(4096)
         for _ in range(WARMUP_OPS):
             os.pwrite(fd, buf, 0)
-            _fdatasync(fd)
+            fdatasync(fd)
         n = 0
         t0 = time.perf_counter()
         deadline = t0 + seconds
         while True:
             os.pwrite(fd, buf, 0)
-            _fdatasync(fd)
+            fdatasync(fd)
             n += 1
             if (n & 7) == 0 and time.perf_counter() >= deadline:
                 break
@@ -69,130 +65,6 @@ def bench_floor(d, seconds):
     finally:
         os.close(fd)
     return {"ops": n, "seconds": t1 - t0, "per_s": n / (t1 - t0)}
-
-
-def bench_floor_threads(d, seconds, threads):
-    """T threads, each a 4 KiB pwrite at its own offset + fdatasync of one
-    shared file: what the device gives to concurrent syncers (a flush can
-    serve several of them), the reference for group commit."""
-    path = os.path.join(d, "floor.bin")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, b"\0" * max(1 << 20, threads * 4096))
-        os.fsync(fd)
-        buf = os.urandom(4096)
-        counts = [0] * threads
-        start = threading.Barrier(threads + 1)
-        stop = threading.Event()
-
-        def worker(t):
-            off = t * 4096
-            i = 0
-            start.wait()
-            while not stop.is_set():
-                os.pwrite(fd, buf, off)
-                _fdatasync(fd)
-                i += 1
-            counts[t] = i
-
-        ts = [threading.Thread(target=worker, args=(t,))
-              for t in range(threads)]
-        for t in ts:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        time.sleep(seconds)
-        stop.set()
-        for t in ts:
-            t.join()
-        t1 = time.perf_counter()
-    finally:
-        os.close(fd)
-    n = sum(counts)
-    return {"ops": n, "seconds": t1 - t0, "per_s": n / (t1 - t0),
-            "threads": threads}
-
-
-def _stats_delta(c, before):
-    try:
-        st = c.stats()
-    except Exception as e:
-        return {"stats_error": repr(e)}
-    out = {}
-    for k in ("commits", "syncs", "checkpoints"):
-        if k in st:
-            out[k] = st[k] - before.get(k, 0)
-    if out.get("commits"):
-        out["syncs_per_commit"] = out.get("syncs", 0) / out["commits"]
-    return out
-
-
-def _stats(c):
-    try:
-        return dict(c.stats())
-    except Exception:
-        return {}
-
-
-def bench_pyqstore(d, seconds, threads):
-    import pyqstore
-    c = pyqstore.open(os.path.join(d, "commit.qdb"), "n", sync=True)
-    try:
-        for i in range(WARMUP_OPS):
-            c.put(b"warm%d" % i, VALUE)
-        before = _stats(c)
-        counts = [0] * threads
-        errors = []
-        start = threading.Barrier(threads + 1)
-        stop = threading.Event()
-
-        def worker(t):
-            put = c.put
-            prefix = b"t%02d-" % t
-            i = 0
-            try:
-                start.wait()
-                while not stop.is_set():
-                    put(prefix + b"%010d" % i, VALUE)
-                    i += 1
-            except BaseException as e:
-                errors.append(e)
-                stop.set()
-            counts[t] = i
-
-        if threads == 1:
-            # No thread hand-off in the single-writer figure.
-            put = c.put
-            n = 0
-            t0 = time.perf_counter()
-            deadline = t0 + seconds
-            while True:
-                put(b"k%010d" % n, VALUE)
-                n += 1
-                if (n & 7) == 0 and time.perf_counter() >= deadline:
-                    break
-            t1 = time.perf_counter()
-            counts = [n]
-        else:
-            ts = [threading.Thread(target=worker, args=(t,))
-                  for t in range(threads)]
-            for t in ts:
-                t.start()
-            start.wait()
-            t0 = time.perf_counter()
-            time.sleep(seconds)
-            stop.set()
-            for t in ts:
-                t.join()
-            t1 = time.perf_counter()
-            if errors:
-                raise errors[0]
-        res = {"ops": sum(counts), "seconds": t1 - t0,
-               "per_s": sum(counts) / (t1 - t0), "threads": threads}
-        res.update(_stats_delta(c, before))
-    finally:
-        c.close()
-    return res
 
 
 def bench_sqlite3(d, seconds):

@@ -26,20 +26,18 @@ write and sync).  Exit status 0 unless pyqstore itself failed to run.
     python bench/queue_bench.py                      # 10^5, 10^6
     python bench/queue_bench.py --sizes 5,6,7        # the full requirement
     python bench/queue_bench.py --json out.json
+
+The lines' functions live in qstore_bench/queue_lines.py, where
+`qstore-bench goals` times them too.
 """
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
-import sqlite3
-import struct
 import sys
 import tempfile
-import time
-import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root
@@ -47,243 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository roo
 import pyqstore  # noqa: E402
 from pyqstore._qstore import ffi, lib  # noqa: E402
 from pyqstore._queue import _LIST_HDR, _framed  # noqa: E402
-
-try:
-    import lmdb
-except ImportError:  # reported as unavailable
-    lmdb = None
-
-PEERS = ["lmdb", "sqlite3"]
-BACKENDS = ["pyqstore"] + PEERS
-_be = struct.Struct(">Q").pack
-
-
-def payloads(n: int) -> list[bytes]:
-    return [str(uuid.uuid4()).encode() for _ in range(n)]
-
-
-class Timer:
-    def __enter__(self) -> "Timer":
-        gc.collect()
-        gc.disable()
-        self.t = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.s = time.perf_counter() - self.t
-        gc.enable()
-
-
-# ---------------------------------------------------------------- pyqstore
-
-def pq_open(d: str, sync: bool) -> pyqstore.Casket:
-    return pyqstore.open(os.path.join(d, "q.qs"), "n", sync=sync)
-
-
-def pq_put_many(d: str, pay: list[bytes]) -> float:
-    c = pq_open(d, True)
-    q = c.queue("port")
-    with Timer() as t:
-        q.put_many(pay)
-    assert len(q) == len(pay)
-    c.close()
-    return t.s
-
-
-def pq_put(d: str, pay: list[bytes]) -> float:
-    c = pq_open(d, True)
-    q = c.queue("port")
-    with Timer() as t:
-        with c.transaction():
-            put = q.put
-            for p in pay:
-                put(p)
-    assert len(q) == len(pay)
-    c.close()
-    return t.s
-
-
-DRAIN_SYNC = False
-
-
-def pq_drain(d: str, pay: list[bytes]) -> float:
-    c = pq_open(d, DRAIN_SYNC)
-    q = c.queue("port")
-    q.put_many(pay)
-    n = 0
-    with Timer() as t:
-        get_many = q.get_many
-        while True:
-            got = get_many(1000)
-            if not got:
-                break
-            n += len(got)
-    assert n == len(pay) and got == []
-    c.close()
-    return t.s
-
-
-def pq_churn(d: str, pay: list[bytes]) -> float:
-    c = pq_open(d, False)
-    q = c.queue("port")
-    with Timer() as t:
-        put, get = q.put, q.get_nowait
-        for p in pay:
-            put(p)
-            get()
-    assert len(q) == 0
-    c.close()
-    return t.s
-
-
-# -------------------------------------------------------------------- lmdb
-
-def lm_open(d: str, sync: bool, items: int):
-    return lmdb.open(os.path.join(d, "lmdb"), map_size=max(1 << 30, items * 200),
-                     sync=sync, metasync=sync, lock=True)
-
-
-def lm_put_many(d: str, pay: list[bytes]) -> float:
-    env = lm_open(d, True, len(pay))
-    with Timer() as t:
-        with env.begin(write=True) as txn:
-            txn.cursor().putmulti(zip(map(_be, range(1, len(pay) + 1)), pay), append=True)
-    env.close()
-    return t.s
-
-
-def lm_put(d: str, pay: list[bytes]) -> float:
-    env = lm_open(d, True, len(pay))
-    with Timer() as t:
-        with env.begin(write=True) as txn:
-            put = txn.put
-            i = 0
-            for p in pay:
-                i += 1
-                put(_be(i), p, append=True)
-    env.close()
-    return t.s
-
-
-def lm_fill(env, pay: list[bytes]) -> None:
-    with env.begin(write=True) as txn:
-        txn.cursor().putmulti(zip(map(_be, range(1, len(pay) + 1)), pay), append=True)
-
-
-def lm_drain(d: str, pay: list[bytes]) -> float:
-    env = lm_open(d, DRAIN_SYNC, len(pay))
-    lm_fill(env, pay)
-    n = 0
-    with Timer() as t:
-        while True:
-            got = []
-            with env.begin(write=True) as txn:
-                cur = txn.cursor()
-                if cur.first():
-                    value, delete, append = cur.value, cur.delete, got.append
-                    for _ in range(1000):
-                        append(value())
-                        if not delete() or not cur.key():
-                            break
-            if not got:
-                break
-            n += len(got)
-    assert n == len(pay)
-    env.close()
-    return t.s
-
-
-def lm_churn(d: str, pay: list[bytes]) -> float:
-    env = lm_open(d, False, len(pay))
-    with Timer() as t:
-        i = 0
-        begin = env.begin
-        for p in pay:
-            i += 1
-            with begin(write=True) as txn:
-                txn.put(_be(i), p, append=True)
-            with begin(write=True) as txn:
-                cur = txn.cursor()
-                cur.first()
-                cur.value()
-                cur.delete()
-    env.close()
-    return t.s
-
-
-# ----------------------------------------------------------------- sqlite3
-
-def sq_open(d: str, sync: bool) -> sqlite3.Connection:
-    con = sqlite3.connect(os.path.join(d, "q.sqlite"), isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
-    con.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
-    return con
-
-
-def sq_put_many(d: str, pay: list[bytes]) -> float:
-    con = sq_open(d, True)
-    with Timer() as t:
-        con.execute("BEGIN")
-        con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
-        con.execute("COMMIT")
-    con.close()
-    return t.s
-
-
-def sq_put(d: str, pay: list[bytes]) -> float:
-    con = sq_open(d, True)
-    with Timer() as t:
-        con.execute("BEGIN")
-        ex = con.execute
-        for p in pay:
-            ex("INSERT INTO q(v) VALUES (?)", (p,))
-        con.execute("COMMIT")
-    con.close()
-    return t.s
-
-
-def sq_drain(d: str, pay: list[bytes]) -> float:
-    con = sq_open(d, DRAIN_SYNC)
-    con.execute("BEGIN")
-    con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
-    con.execute("COMMIT")
-    n = 0
-    with Timer() as t:
-        while True:
-            con.execute("BEGIN IMMEDIATE")
-            rows = con.execute("SELECT id, v FROM q ORDER BY id LIMIT 1000").fetchall()
-            if rows:
-                con.execute("DELETE FROM q WHERE id <= ?", (rows[-1][0],))
-            con.execute("COMMIT")
-            if not rows:
-                break
-            n += len(rows)
-    assert n == len(pay)
-    con.close()
-    return t.s
-
-
-def sq_churn(d: str, pay: list[bytes]) -> float:
-    con = sq_open(d, False)
-    with Timer() as t:
-        ex = con.execute
-        for p in pay:
-            ex("INSERT INTO q(v) VALUES (?)", (p,))
-            ex("BEGIN IMMEDIATE")
-            row = ex("SELECT id, v FROM q ORDER BY id LIMIT 1").fetchone()
-            ex("DELETE FROM q WHERE id = ?", (row[0],))
-            ex("COMMIT")
-    con.close()
-    return t.s
-
-
-RUNNERS = {
-    "put_many": {"pyqstore": pq_put_many, "lmdb": lm_put_many, "sqlite3": sq_put_many},
-    "put": {"pyqstore": pq_put, "lmdb": lm_put, "sqlite3": sq_put},
-    "drain": {"pyqstore": pq_drain, "lmdb": lm_drain, "sqlite3": sq_drain},
-    "churn": {"pyqstore": pq_churn, "lmdb": lm_churn, "sqlite3": sq_churn},
-}
+from qstore_bench import queue_lines as ql  # noqa: E402
+from qstore_bench.queue_lines import BACKENDS, PEERS, RUNNERS, Timer, lmdb, payloads  # noqa: E402
 
 # requirement: items/s floor for pyqstore, and whether it must beat the peers
 FLOORS = {"put_many": 4e6, "put": 1e6, "drain": 2e6, "churn": 2e5}
@@ -372,8 +135,7 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     sizes = [10 ** int(x) for x in args.sizes.split(",")]
-    global DRAIN_SYNC
-    DRAIN_SYNC = args.drain_sync
+    ql.DRAIN_SYNC = args.drain_sync
     base = tempfile.mkdtemp(dir=args.dir, prefix="qbench-")
     unavailable = {} if lmdb else {"lmdb": "py-lmdb is not installed: pip install lmdb"}
     for b, why in unavailable.items():

@@ -1,0 +1,263 @@
+"""The queue lines of bench/scripts/queue_bench.py, each a function
+(directory, payloads) -> seconds for pyqstore, py-lmdb and sqlite3, so that
+the script and `qstore-bench goals` time the same code:
+
+  put_many   one synced transaction adding all items in one batch call
+  put        per-item puts inside one synced transaction
+  drain      removing the items in batches of 1000, each batch its own
+             transaction, sync off unless DRAIN_SYNC
+  churn      one put then one get, each committed on its own, sync off
+
+The items are made before any clock starts (payloads); each function opens
+a fresh store in the directory it is given and closes it, untimed.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import struct
+import time
+import uuid
+from typing import Any, Callable
+
+import pyqstore
+
+try:
+    import lmdb
+except ImportError:  # reported as unavailable
+    lmdb = None  # type: ignore[assignment]
+HAVE_LMDB = lmdb is not None
+
+PEERS = ["lmdb", "sqlite3"]
+BACKENDS = ["pyqstore"] + PEERS
+_be = struct.Struct(">Q").pack
+
+
+def payloads(n: int) -> list[bytes]:
+    return [str(uuid.uuid4()).encode() for _ in range(n)]
+
+
+class Timer:
+    def __enter__(self) -> "Timer":
+        gc.collect()
+        gc.disable()
+        self.t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.s = time.perf_counter() - self.t
+        gc.enable()
+
+
+# ---------------------------------------------------------------- pyqstore
+
+def pq_open(d: str, sync: bool) -> pyqstore.Casket:
+    return pyqstore.open(os.path.join(d, "q.qs"), "n", sync=sync)
+
+
+def pq_put_many(d: str, pay: list[bytes]) -> float:
+    c = pq_open(d, True)
+    q = c.queue("port")
+    with Timer() as t:
+        q.put_many(pay)
+    assert len(q) == len(pay)
+    c.close()
+    return t.s
+
+
+def pq_put(d: str, pay: list[bytes]) -> float:
+    c = pq_open(d, True)
+    q = c.queue("port")
+    with Timer() as t:
+        with c.transaction():
+            put = q.put
+            for p in pay:
+                put(p)
+    assert len(q) == len(pay)
+    c.close()
+    return t.s
+
+
+# whether each drain batch is synced: queue_bench.py --drain-sync sets it
+DRAIN_SYNC = False
+
+
+def pq_drain(d: str, pay: list[bytes]) -> float:
+    c = pq_open(d, DRAIN_SYNC)
+    q = c.queue("port")
+    q.put_many(pay)
+    n = 0
+    with Timer() as t:
+        get_many = q.get_many
+        while True:
+            got = get_many(1000)
+            if not got:
+                break
+            n += len(got)
+    assert n == len(pay) and got == []
+    c.close()
+    return t.s
+
+
+def pq_churn(d: str, pay: list[bytes]) -> float:
+    c = pq_open(d, False)
+    q = c.queue("port")
+    with Timer() as t:
+        put, get = q.put, q.get_nowait
+        for p in pay:
+            put(p)
+            get()
+    assert len(q) == 0
+    c.close()
+    return t.s
+
+
+# -------------------------------------------------------------------- lmdb
+
+def lm_open(d: str, sync: bool, items: int) -> Any:
+    return lmdb.open(os.path.join(d, "lmdb"), map_size=max(1 << 30, items * 200),
+                     sync=sync, metasync=sync, lock=True)
+
+
+def lm_put_many(d: str, pay: list[bytes]) -> float:
+    env = lm_open(d, True, len(pay))
+    with Timer() as t:
+        with env.begin(write=True) as txn:
+            txn.cursor().putmulti(zip(map(_be, range(1, len(pay) + 1)), pay), append=True)
+    env.close()
+    return t.s
+
+
+def lm_put(d: str, pay: list[bytes]) -> float:
+    env = lm_open(d, True, len(pay))
+    with Timer() as t:
+        with env.begin(write=True) as txn:
+            put = txn.put
+            i = 0
+            for p in pay:
+                i += 1
+                put(_be(i), p, append=True)
+    env.close()
+    return t.s
+
+
+def lm_fill(env: Any, pay: list[bytes]) -> None:
+    with env.begin(write=True) as txn:
+        txn.cursor().putmulti(zip(map(_be, range(1, len(pay) + 1)), pay), append=True)
+
+
+def lm_drain(d: str, pay: list[bytes]) -> float:
+    env = lm_open(d, DRAIN_SYNC, len(pay))
+    lm_fill(env, pay)
+    n = 0
+    with Timer() as t:
+        while True:
+            got: list[bytes] = []
+            with env.begin(write=True) as txn:
+                cur = txn.cursor()
+                if cur.first():
+                    value, delete, append = cur.value, cur.delete, got.append
+                    for _ in range(1000):
+                        append(value())
+                        if not delete() or not cur.key():
+                            break
+            if not got:
+                break
+            n += len(got)
+    assert n == len(pay)
+    env.close()
+    return t.s
+
+
+def lm_churn(d: str, pay: list[bytes]) -> float:
+    env = lm_open(d, False, len(pay))
+    with Timer() as t:
+        i = 0
+        begin = env.begin
+        for p in pay:
+            i += 1
+            with begin(write=True) as txn:
+                txn.put(_be(i), p, append=True)
+            with begin(write=True) as txn:
+                cur = txn.cursor()
+                cur.first()
+                cur.value()
+                cur.delete()
+    env.close()
+    return t.s
+
+
+# ----------------------------------------------------------------- sqlite3
+
+def sq_open(d: str, sync: bool) -> sqlite3.Connection:
+    con = sqlite3.connect(os.path.join(d, "q.sqlite"), isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
+    con.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+    return con
+
+
+def sq_put_many(d: str, pay: list[bytes]) -> float:
+    con = sq_open(d, True)
+    with Timer() as t:
+        con.execute("BEGIN")
+        con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
+        con.execute("COMMIT")
+    con.close()
+    return t.s
+
+
+def sq_put(d: str, pay: list[bytes]) -> float:
+    con = sq_open(d, True)
+    with Timer() as t:
+        con.execute("BEGIN")
+        ex = con.execute
+        for p in pay:
+            ex("INSERT INTO q(v) VALUES (?)", (p,))
+        con.execute("COMMIT")
+    con.close()
+    return t.s
+
+
+def sq_drain(d: str, pay: list[bytes]) -> float:
+    con = sq_open(d, DRAIN_SYNC)
+    con.execute("BEGIN")
+    con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
+    con.execute("COMMIT")
+    n = 0
+    with Timer() as t:
+        while True:
+            con.execute("BEGIN IMMEDIATE")
+            rows = con.execute("SELECT id, v FROM q ORDER BY id LIMIT 1000").fetchall()
+            if rows:
+                con.execute("DELETE FROM q WHERE id <= ?", (rows[-1][0],))
+            con.execute("COMMIT")
+            if not rows:
+                break
+            n += len(rows)
+    assert n == len(pay)
+    con.close()
+    return t.s
+
+
+def sq_churn(d: str, pay: list[bytes]) -> float:
+    con = sq_open(d, False)
+    with Timer() as t:
+        ex = con.execute
+        for p in pay:
+            ex("INSERT INTO q(v) VALUES (?)", (p,))
+            ex("BEGIN IMMEDIATE")
+            row = ex("SELECT id, v FROM q ORDER BY id LIMIT 1").fetchone()
+            ex("DELETE FROM q WHERE id = ?", (row[0],))
+            ex("COMMIT")
+    con.close()
+    return t.s
+
+
+RUNNERS: dict[str, dict[str, Callable[[str, list[bytes]], float]]] = {
+    "put_many": {"pyqstore": pq_put_many, "lmdb": lm_put_many, "sqlite3": sq_put_many},
+    "put": {"pyqstore": pq_put, "lmdb": lm_put, "sqlite3": sq_put},
+    "drain": {"pyqstore": pq_drain, "lmdb": lm_drain, "sqlite3": sq_drain},
+    "churn": {"pyqstore": pq_churn, "lmdb": lm_churn, "sqlite3": sq_churn},
+}
