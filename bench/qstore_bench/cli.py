@@ -16,6 +16,7 @@ from . import experiments as ex
 from .drain import STRATEGIES
 from . import ackqueues as ack
 from . import brokers as br
+from . import goals as gl
 from . import servers as sv
 from . import streams as st
 
@@ -109,6 +110,7 @@ def main() -> None:
       qstore-bench codecs                  # seed 000's serialization test
       qstore-bench streams                 # stream + group vs Redis Streams
       qstore-bench brokers                 # Redis, persist-queue, litequeue
+      qstore-bench goals                   # issue 17's table, every peer
       qstore-bench report out/             # all of it, quickly, as HTML
     """
 
@@ -834,6 +836,69 @@ def brokers(batches: str, ack_batch: int, rounds: int, payload_size: int, only: 
         click.echo(f"#   {peer}: {work}")
     _durability_notes()
     click.echo("every line meets its requirement: " + ("yes" if result["all_meet"] else "NO"))
+    _save(result, json_path)
+
+
+def _rate(x: float) -> str:
+    """A figure per second in three or four digits: 4.01M, 624.7k, 880."""
+    for unit, m in (("M", 1e6), ("k", 1e3)):
+        if x >= m:
+            return f"{x / m:.3g}{unit}" if x / m < 100 else f"{x / m:.0f}{unit}"
+    return f"{x:.0f}"
+
+
+def goals_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Issue 17's table: a row per line, pyqstore beside its best peer."""
+    head = ["line", "unit", "pyqstore", "median (min-max)", "best peer", "peer", "median",
+            "ratio", "goal", "result"]
+    rows = []
+    for x in result["rows"]:
+        ours = x["pyqstore"]
+        peer = x["best_peer"]
+        rows.append([x["row"], x["unit"], x["pyqstore_durability"],
+                     f"{_rate(ours['median'])} ({_rate(ours['min'])}-{_rate(ours['max'])})",
+                     peer or "none available", x["peer_durability"] if peer else "-",
+                     _rate(x["peer_median"]) if peer else "-",
+                     f"{x['ratio']:.2f}x" if peer else "-",
+                     f">= {x['goal']:g}x" + (f", >= {_rate(x['floor'])}" if x["floor"] else ""),
+                     "met" if x["met"] else "not met"])
+    return head, rows
+
+
+@main.command()
+@click.option("--reps", type=click.IntRange(1), default=None,
+              help="rounds per line, the sides taking turns; the median counts "
+                   "[default: 3; 1 with --small]")
+@click.option("--small", is_flag=True, help="small n and 1 rep: seconds, for a smoke test")
+@click.option("--lines", "line_names", default=",".join(gl.LINES), show_default=True,
+              help="the lines to run (comma-separated)")
+@_scratch_and_json
+def goals(reps: Optional[int], small: bool, line_names: str, base: Optional[str],
+          json_path: Optional[str]) -> None:
+    """Issue 17's performance table in one run: every line on pyqstore and
+    its peers side by side, pyqstore's median over the best peer's median,
+    and the goal, met or not met.  Each row states both sides' durability.
+    A "not met" is a measurement, not an error: the exit status stays 0.
+
+    \b
+    Example:
+      qstore-bench goals --json goals.json
+      qstore-bench goals --small --lines sweep,put_many
+    """
+    lines = [x.strip() for x in line_names.split(",") if x.strip()]
+    if not lines or any(x not in gl.LINES for x in lines):
+        raise click.BadParameter(f"give some of {', '.join(gl.LINES)}", param_hint="--lines")
+    reps = reps or (1 if small else 3)
+    result = gl.run(lines, reps, small, base,
+                    lambda step: click.echo(f"# running {step}", err=True))
+    _header(result)
+    click.echo(f"# {reps} rep{'s' if reps > 1 else ''} per side, the sides taking turns; "
+               "ratio = pyqstore's median over the best peer's median")
+    _table(*goals_table(result))
+    click.echo("# work per cell, both sides:")
+    for line in dict.fromkeys(x["line"] for x in result["rows"]):
+        click.echo(f"#   {line}: {gl.WORK[line]}")
+    click.echo("every goal met: " + ("yes" if result["all_met"] else "NO"))
     _save(result, json_path)
 
 

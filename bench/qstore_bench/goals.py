@@ -1,0 +1,284 @@
+"""Issue 17's performance table in one run: each line's workload on
+pyqstore and on the peers the issue names, side by side, --reps times,
+and the ratio of pyqstore's median to the best peer's median against the
+issue's goal.  Every workload is existing code, timed here as is:
+
+  sweep         seed 000, one synced transaction of n items
+                (experiments.sweep_run)                     vs lmdb, >= 1.3x
+  kv-put        seed 001 autocommit puts, 32-byte values under random
+                16-byte keys, sync off (experiments.perf_run) vs the best
+                B-tree peer here (lmdb, sqlite3, tokyocabinet, berkeleydb),
+                >= 1.2x
+  kv-get        seed 001 gets of those keys (perf_run)      vs lmdb, >= 1.0x
+  drain         get_many(1000) until empty, sync off
+                (queue_lines "drain")                       vs lmdb, >= 1.3x
+  put_many      one put_many in a synced transaction
+                (queue_lines "put_many")                    vs lmdb, >= 1.3x
+  put           put per item in one synced transaction
+                (queue_lines "put")                         vs lmdb, >= 1.3x
+  churn         one put then one get, each its own commit, sync off
+                (queue_lines "churn")          vs lmdb, >= 1.5x and >= 250k/s
+  group-commit  8 threads of synced one-put commits (commit_rate.pyqstore)
+                vs the better of two no-database references: 8 threads each
+                writing 4 KiB and fdatasync-ing (commit_rate.floor_threads,
+                commit_rate.py's floor-T) and group_commit_ideal.c's shared
+                syncs (commit_rate.ideal, when cc is here), >= 0.9x
+
+Within a row the sides take turns, rep after rep, so that drift of the
+machine hits all of them; before every cell the dirty pages are flushed
+(os.sync()) so that an earlier cell's writeback does not land in it.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from . import backends as bk
+from . import commit_rate
+from . import queue_lines
+from .experiments import (Progress, Workdir, _quiet, backend_report, machine, make_ids,
+                          perf_run, sweep_run)
+
+# A cell: one timed run of one side, returning its figure (per second).
+Cell = Callable[[Workdir], float]
+
+KV_PEERS = ("lmdb", "sqlite3", "tokyocabinet", "berkeleydb")   # the B-tree stores
+SYNC_ON, SYNC_OFF = "sync on", "sync off"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each line does: the issue's sizes, or --small's."""
+    sweep_ns: tuple[int, ...]
+    kv_requests: int
+    kv_threads: tuple[int, ...]
+    drain: int
+    put_many: int
+    put: int
+    churn: int
+    commit_seconds: float
+    commit_threads: int = 8
+
+
+FULL = Sizes(sweep_ns=(10**3, 10**4, 10**5, 10**6), kv_requests=10**5, kv_threads=(1, 2, 10),
+             drain=10**6, put_many=10**5, put=10**6, churn=10**5, commit_seconds=2.0)
+SMALL = Sizes(sweep_ns=(10**3, 10**4), kv_requests=2000, kv_threads=(1, 10), drain=10**4,
+              put_many=10**4, put=10**4, churn=2000, commit_seconds=0.3)
+
+
+@dataclass
+class Row:
+    """One row of the table: pyqstore's cell and each peer's, the goal on
+    pyqstore's median over the best peer's median."""
+    line: str
+    label: str
+    unit: str
+    goal: float
+    ours: Cell
+    peers: dict[str, Cell]
+    ours_durability: str
+    peer_durability: str
+    #: a figure pyqstore's median must reach too, whatever the peers do
+    floor: Optional[float] = None
+
+
+# ------------------------------------------------------------------- cells
+
+def _sweep_cell(name: str, ids: list[bytes]) -> Cell:
+    backend = bk.by_name([name])[0]
+    n = len(ids)
+
+    def cell(wd: Workdir) -> float:
+        with backend.session(True) as session:
+            return n / sweep_run(backend, session, wd, True, "casket", lambda: ids)
+    return cell
+
+
+def _kv_cell(name: str, threads: int, keys: list[bytes], value: bytes, phase: int) -> Cell:
+    """phase 0: writes/s of perf_run's write phase; 1: reads/s of its read
+    phase (the read phase needs the writes, so each get cell does both)."""
+    backend = bk.by_name([name])[0]
+
+    def cell(wd: Workdir) -> float:
+        with backend.session(False) as session:
+            seconds = perf_run(backend, session, wd, False, threads, keys, value)[phase]
+        return len(keys) / seconds
+    return cell
+
+
+def _queue_cell(line: str, name: str, pay: list[bytes]) -> Cell:
+    run = queue_lines.RUNNERS[line][name]
+
+    def cell(wd: Workdir) -> float:
+        d = wd.fresh()
+        try:
+            return len(pay) / run(d, pay)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return cell
+
+
+def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: float,
+                 threads: int) -> Cell:
+    def cell(wd: Workdir) -> float:
+        d = wd.fresh()
+        try:
+            return float(measure(d, seconds, threads)["per_s"])
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return cell
+
+
+# -------------------------------------------------------------------- rows
+
+LINES = ("sweep", "kv-put", "kv-get", "drain", "put_many", "put", "churn", "group-commit")
+# what each line's cells do, on both sides, for the notes under the table
+WORK = {
+    "sweep": "one transaction of n items, each putdup(QUEUE, uuid) + putdup(uuid, uuid), "
+             "36-byte uuid4 strings, up to the return of the commit",
+    "kv-put": "put(random 16-byte key, 32-byte value), each its own commit, keys split "
+              "over the threads, a handle per thread",
+    "kv-get": "get of each key kv-put wrote (the write phase runs, untimed for this line)",
+    "drain": "get_many(1000) (lmdb: a write txn reading and deleting 1000) until empty, "
+             "each batch its own transaction",
+    "put_many": "Queue.put_many of n 36-byte items (lmdb: cursor.putmulti(append=True))",
+    "put": "Queue.put per item (lmdb: txn.put(append=True)) in one transaction",
+    "churn": "Queue.put then get_nowait, each its own commit (lmdb: two write txns)",
+    "group-commit": "8 threads of autocommit put(key, 36-byte value) on one Casket; "
+                    "floor: 8 threads each pwrite 4 KiB at its own offset + fdatasync; "
+                    "ideal: group_commit_ideal.c, 8 threads sharing each fdatasync",
+}
+
+
+def _usable(names: tuple[str, ...], kind: str, report: dict[str, Any],
+            threads: int = 1) -> list[str]:
+    """The backends named that can run here (threads > 1: with a handle
+    per thread, as perf_run needs); the others' reasons go into report."""
+    usable, status = backend_report(bk.by_name(list(names)), kind)
+    report.update(status)
+    out = []
+    for b in usable:
+        if threads > 1 and b.no_thread_handles:
+            report[f"{b.name} ({threads} threads)"] = {
+                "available": False, "reason": f"no handle per thread: {b.no_thread_handles}"}
+        else:
+            out.append(b.name)
+    return out
+
+
+def rows(lines: list[str], sizes: Sizes, report: dict[str, Any], seed: int = 17) -> list[Row]:
+    """The rows of the chosen lines, peers limited to those usable here."""
+    out: list[Row] = []
+    rng = random.Random(seed)
+    if "sweep" in lines:
+        peers = [p for p in _usable(("pyqstore", "lmdb"), "casket", report) if p != "pyqstore"]
+        for n in sizes.sweep_ns:
+            ids = make_ids(n, 36, rng)      # seed 000's uuid4 strings, made before the clock
+            out.append(Row("sweep", f"seed 000 sweep, n={n:,}", "items/s", 1.3,
+                           _sweep_cell("pyqstore", ids), {p: _sweep_cell(p, ids) for p in peers},
+                           SYNC_ON, SYNC_ON))
+    keys = [rng.randbytes(16) for _ in range(sizes.kv_requests)]
+    value = rng.randbytes(32)
+    for line, peer_names, phase, goal, unit in (("kv-put", KV_PEERS, 0, 1.2, "writes/s"),
+                                                ("kv-get", ("lmdb",), 1, 1.0, "reads/s")):
+        if line not in lines:
+            continue
+        for t in sizes.kv_threads:
+            peers = _usable(peer_names, "kv", report, t)
+            verb = "put" if phase == 0 else "get"
+            out.append(Row(line, f"seed 001 {verb}, {t} thread{'s' if t > 1 else ''}, "
+                           f"n={len(keys):,}", unit, goal,
+                           _kv_cell("pyqstore", t, keys, value, phase),
+                           {p: _kv_cell(p, t, keys, value, phase) for p in peers},
+                           SYNC_OFF, SYNC_OFF))
+    queue_peers = ["lmdb"] if queue_lines.HAVE_LMDB else []
+    if not queue_lines.HAVE_LMDB:
+        report["lmdb"] = {"available": False, "reason": "py-lmdb is not installed: "
+                          "pip install lmdb"}
+    queue_durability = SYNC_ON if queue_lines.DRAIN_SYNC else SYNC_OFF
+    for line, n, what, goal, floor, unit, durability in (
+            ("drain", sizes.drain, "drain, get_many(1000)", 1.3, None, "items/s",
+             queue_durability),
+            ("put_many", sizes.put_many, "put_many, one transaction", 1.3, None, "items/s",
+             SYNC_ON),
+            ("put", sizes.put, "put per item, one transaction", 1.3, None, "items/s",
+             SYNC_ON),
+            ("churn", sizes.churn, "churn 1:1, put + get", 1.5, 250e3,
+             "pairs/s", SYNC_OFF)):
+        if line in lines:
+            pay = queue_lines.payloads(n)
+            out.append(Row(line, f"{what}, n={n:,}", unit, goal,
+                           _queue_cell(line, "pyqstore", pay),
+                           {p: _queue_cell(line, p, pay) for p in queue_peers},
+                           durability, durability, floor))
+    if "group-commit" in lines:
+        t, s = sizes.commit_threads, sizes.commit_seconds
+        references = {f"floor-{t} (no database)": _commit_cell(commit_rate.floor_threads, s, t)}
+        why = commit_rate.ideal_unavailable()
+        if why:
+            report["group_commit_ideal"] = {"available": False, "reason": why}
+        else:
+            report["group_commit_ideal"] = {
+                "available": True, "version": f"bench/scripts/group_commit_ideal.c, gather "
+                f"{commit_rate.IDEAL_GATHER_US} us"}
+            references[f"ideal-{t} (no database)"] = _commit_cell(commit_rate.ideal, s, t)
+        out.append(Row("group-commit", f"one-put commits, {t} threads, {s:g} s",
+                       "commits/s", 0.9, _commit_cell(commit_rate.pyqstore, s, t), references,
+                       SYNC_ON, f"{SYNC_ON} (fdatasync)"))
+    return out
+
+
+# --------------------------------------------------------------------- run
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def measure(row: Row, reps: int, wd: Workdir, progress: Progress = _quiet) -> dict[str, Any]:
+    """The row's cells, the sides taking turns in each of reps rounds; the
+    result with pyqstore's figures, each peer's, the best peer's median,
+    the ratio and whether it meets the goal."""
+    sides: dict[str, Cell] = {"pyqstore": row.ours, **row.peers}
+    runs: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(reps):
+        for name, cell in sides.items():
+            progress(f"{row.line} {name} {r + 1}/{reps}")
+            os.sync()       # an earlier cell's dirty pages are not written back in this one
+            runs[name].append(cell(wd))
+    ours = _stats(runs["pyqstore"])
+    medians = {name: statistics.median(xs) for name, xs in runs.items() if name != "pyqstore"}
+    peers = {name: {**_stats(runs[name]), "runs": runs[name]} for name in medians}
+    best: Optional[str] = max(medians, key=lambda p: medians[p]) if medians else None
+    peer_median = medians[best] if best else None
+    ratio = ours["median"] / peer_median if peer_median else None
+    return {"line": row.line, "row": row.label, "work": WORK.get(row.line, ""),
+            "unit": row.unit, "goal": row.goal,
+            "pyqstore": {**ours, "runs": runs["pyqstore"]}, "peers": peers,
+            "best_peer": best, "peer_median": peer_median, "ratio": ratio,
+            "floor": row.floor,
+            "met": (ratio is not None and ratio >= row.goal
+                    and (row.floor is None or ours["median"] >= row.floor)),
+            "pyqstore_durability": row.ours_durability,
+            "peer_durability": row.peer_durability}
+
+
+def run(lines: list[str], reps: int, small: bool, base: Optional[str] = None,
+        progress: Progress = _quiet) -> dict[str, Any]:
+    """Every row of the chosen lines, in one run."""
+    bad = [x for x in lines if x not in LINES]
+    if bad or not lines:
+        raise ValueError(f"lines are {', '.join(LINES)}; not {', '.join(bad)}")
+    report: dict[str, Any] = {}
+    _usable(("pyqstore",), "kv", report)       # its version heads the table too
+    sizes = SMALL if small else FULL
+    with Workdir(base) as wd:
+        info = machine(wd.root)
+        table = rows(lines, sizes, report)
+        results = [measure(row, reps, wd, progress) for row in table]
+    return {"experiment": "goals", "reps": reps, "small": small, "machine": info,
+            "backends": report, "rows": results,
+            "all_met": all(x["met"] for x in results)}

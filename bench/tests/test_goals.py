@@ -1,0 +1,79 @@
+"""qstore-bench goals: issue 17's table in one run.  The --small run is
+real (pyqstore and its peers, tiny sizes): every selected line is there
+with figures for both sides, and its ratio and verdict follow from them;
+the verdict logic itself is checked on made-up cells."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from qstore_bench import goals
+from qstore_bench.cli import main
+from qstore_bench.experiments import Workdir
+
+pytest.importorskip("lmdb")
+
+SELECTED = ["group-commit", "put_many", "kv-get", "sweep"]   # rows come in issue 17's order
+
+
+def test_small_run_prints_every_line_with_its_ratio_and_verdict(tmp_path):
+    out = tmp_path / "goals.json"
+    res = CliRunner().invoke(main, ["goals", "--small", "--lines", ",".join(SELECTED),
+                                    "--json", str(out), "--dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["reps"] == 1 and data["small"] is True
+    assert [x["line"] for x in data["rows"]] == (
+        ["sweep"] * len(goals.SMALL.sweep_ns) + ["kv-get"] * len(goals.SMALL.kv_threads)
+        + ["put_many", "group-commit"])
+    table = res.output.splitlines()
+    for x in data["rows"]:
+        ours = x["pyqstore"]["median"]
+        assert ours > 0 and x["best_peer"] is not None and x["peer_median"] > 0
+        assert x["peer_median"] == max(p["median"] for p in x["peers"].values())
+        assert math.isclose(x["ratio"], ours / x["peer_median"], rel_tol=1e-12)
+        assert x["met"] == (x["ratio"] >= x["goal"]
+                            and (x["floor"] is None or ours >= x["floor"]))
+        assert x["pyqstore_durability"] and x["peer_durability"]
+        printed = [ln for ln in table if ln.startswith(x["row"] + " ")]
+        assert len(printed) == 1, (x["row"], res.output)
+        cells = printed[0].split()
+        assert cells[-1] == "met" and (cells[-2] == "not") == (not x["met"])
+        assert f"{x['ratio']:.2f}x" in cells
+        assert x["best_peer"].split()[0] in cells
+    assert data["all_met"] == all(x["met"] for x in data["rows"])
+    assert ("every goal met: yes" if data["all_met"] else "every goal met: NO") in res.output
+
+
+def test_verdict_is_the_median_over_the_best_peers_median(tmp_path):
+    figures = {"ours": iter([2.0, 9.0, 3.0]), "slow": iter([1.0, 1.0, 1.0]),
+               "fast": iter([4.0, 5.0, 6.0])}
+
+    def cell(name: str) -> goals.Cell:
+        return lambda wd: next(figures[name])
+
+    row = goals.Row("test", "made up", "items/s", 0.5, cell("ours"),
+                    {"slow": cell("slow"), "fast": cell("fast")}, "sync off", "sync off")
+    with Workdir(str(tmp_path)) as wd:
+        x = goals.measure(row, 3, wd)
+    assert x["pyqstore"] == {"median": 3.0, "min": 2.0, "max": 9.0, "runs": [2.0, 9.0, 3.0]}
+    assert x["best_peer"] == "fast" and x["peer_median"] == 5.0
+    assert x["ratio"] == 0.6 and x["met"] is True
+    row.goal = 0.61
+    figures.update(ours=iter([3.0]), slow=iter([1.0]), fast=iter([5.0]))
+    with Workdir(str(tmp_path)) as wd:
+        assert goals.measure(row, 1, wd)["met"] is False
+    # a floor pyqstore's median must reach as well as the ratio
+    row.goal, row.floor = 0.5, 3.5
+    figures.update(ours=iter([3.0]), slow=iter([1.0]), fast=iter([5.0]))
+    with Workdir(str(tmp_path)) as wd:
+        x = goals.measure(row, 1, wd)
+    assert x["ratio"] == 0.6 and x["met"] is False
+
+
+def test_unknown_line_is_refused():
+    res = CliRunner().invoke(main, ["goals", "--small", "--lines", "sweep,nosuch"])
+    assert res.exit_code != 0 and "--lines" in res.output
