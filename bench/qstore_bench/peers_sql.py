@@ -64,6 +64,12 @@ def _connect(port: int, database: Optional[str]) -> Any:
                        autocommit=True, **kw)
 
 
+#: InnoDB's "Deadlock found when trying to get lock", and how many times a
+#: take that lost one is run again before the error is let through
+ER_LOCK_DEADLOCK = 1213
+DEADLOCK_RETRIES = 20
+
+
 class _MariaDBStore(bk.Store):
     def __init__(self, port: int) -> None:
         self.port = port
@@ -122,9 +128,25 @@ class _MariaDBStore(bk.Store):
         self.con.commit()
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
-        own = not self.in_txn
-        if own:
+        if self.in_txn:
+            return self._take(name, n)
+        # InnoDB may pick a take as a deadlock's victim (1213, seen with 4
+        # consumer threads) and roll it back whole: its own transaction is
+        # simply run again, as InnoDB's manual tells applications to
+        attempts = 0
+        while True:
             self.con.begin()
+            try:
+                rows = self._take(name, n)
+                self.con.commit()
+                return rows
+            except driver()[0].OperationalError as e:
+                self.con.rollback()
+                attempts += 1
+                if e.args[0] != ER_LOCK_DEADLOCK or attempts >= DEADLOCK_RETRIES:
+                    raise
+
+    def _take(self, name: str, n: int) -> list[bytes]:
         # SKIP LOCKED: concurrent consumers take different items, none waits
         self.cur.execute("SELECT id, v FROM q WHERE name = %s ORDER BY id LIMIT %s"
                          " FOR UPDATE SKIP LOCKED", (name, n))
@@ -132,8 +154,6 @@ class _MariaDBStore(bk.Store):
         if rows:
             self.cur.execute("DELETE FROM q WHERE id IN (%s)" % ",".join(["%s"] * len(rows)),
                              [r[0] for r in rows])
-        if own:
-            self.con.commit()
         return [bytes(r[1]) for r in rows]
 
     def qlen(self, name: str) -> int:

@@ -99,13 +99,18 @@ def test_consumer_threads_take_every_item_once(name, tmp_path):
                     stores[4].qput("port", p)
                 produced.set()
 
+            failures: list[BaseException] = []
+
             def consume(i: int) -> None:
                 start.wait()
-                while True:
-                    got = stores[i].qget_many("port", 3)
-                    taken[i].extend(got)
-                    if not got and produced.is_set() and not stores[i].qlen("port"):
-                        return
+                try:
+                    while True:
+                        got = stores[i].qget_many("port", 3)
+                        taken[i].extend(got)
+                        if not got and produced.is_set() and not stores[i].qlen("port"):
+                            return
+                except BaseException as e:      # a consumer that died fails the test
+                    failures.append(e)
 
             ths = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
             ths.append(threading.Thread(target=produce))
@@ -114,6 +119,7 @@ def test_consumer_threads_take_every_item_once(name, tmp_path):
             for t in ths:
                 t.join(120)
             assert not any(t.is_alive() for t in ths)
+            assert not failures, f"consumers failed: {failures!r}"
         finally:
             for st in [first, *stores]:
                 st.close()
