@@ -77,3 +77,39 @@ def test_verdict_is_the_median_over_the_best_peers_median(tmp_path):
 def test_unknown_line_is_refused():
     res = CliRunner().invoke(main, ["goals", "--small", "--lines", "sweep,nosuch"])
     assert res.exit_code != 0 and "--lines" in res.output
+
+
+def test_kv_put_and_get_rows_share_one_perf_run_per_cell(tmp_path, monkeypatch):
+    calls: list[tuple[str, int]] = []
+    figures = iter(range(1, 1000))
+
+    def fake_perf_run(backend, session, wd, sync, threads, keys, value):
+        # the write and read seconds of one run, told apart by their size
+        calls.append((backend.name, threads))
+        n = next(figures)
+        return (1.0 * n, 1000.0 * n, threads)
+
+    monkeypatch.setattr(goals, "perf_run", fake_perf_run)
+    report: dict = {}
+    table = goals.rows(["kv-put", "kv-get"], goals.SMALL, report)
+    puts = [r for r in table if r.line == "kv-put"]
+    gets = [r for r in table if r.line == "kv-get"]
+    assert len(puts) == len(gets) == len(goals.SMALL.kv_threads)
+    with Workdir(str(tmp_path)) as wd:
+        put_results = [goals.measure(r, 2, wd) for r in puts]
+        after_puts = len(calls)
+        get_results = [goals.measure(r, 2, wd) for r in gets]
+    assert len(calls) == after_puts     # the get row ran no perf_run of its own
+    assert after_puts == 2 * sum(1 + len(r.peers) for r in puts)
+    n = goals.SMALL.kv_requests
+    for p, g in zip(put_results, get_results):
+        # each get figure is the read phase of the run that gave a put figure
+        write_runs = p["pyqstore"]["runs"]
+        assert g["pyqstore"]["runs"] == [w / 1000 for w in write_runs]
+        assert all(w == n / round(n / w) for w in write_runs)
+    # without the kv-put row, a get cell runs perf_run itself
+    calls.clear()
+    only = goals.rows(["kv-get"], goals.SMALL, {})
+    with Workdir(str(tmp_path)) as wd:
+        goals.measure(only[0], 1, wd)
+    assert len(calls) == 1 + len(only[0].peers)
