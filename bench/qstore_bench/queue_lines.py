@@ -83,21 +83,30 @@ def pq_put(d: str, pay: list[bytes]) -> float:
 DRAIN_SYNC = False
 
 
+def drain_time(take_batch: Callable[[], int], total: int) -> float:
+    """Seconds to empty a store holding total items by calling take_batch
+    (one transaction taking up to 1000 items, returning how many) until it
+    takes none; every item must come out once."""
+    n = 0
+    with Timer() as t:
+        while True:
+            got = take_batch()
+            if not got:
+                break
+            n += got
+    assert n == total, (n, total)
+    return t.s
+
+
 def pq_drain(d: str, pay: list[bytes]) -> float:
     c = pq_open(d, DRAIN_SYNC)
     q = c.queue("port")
     q.put_many(pay)
-    n = 0
-    with Timer() as t:
-        get_many = q.get_many
-        while True:
-            got = get_many(1000)
-            if not got:
-                break
-            n += len(got)
-    assert n == len(pay) and got == []
+    get_many = q.get_many
+    seconds = drain_time(lambda: len(get_many(1000)), len(pay))
+    assert len(q) == 0
     c.close()
-    return t.s
+    return seconds
 
 
 def pq_churn(d: str, pay: list[bytes]) -> float:
@@ -150,24 +159,21 @@ def lm_fill(env: Any, pay: list[bytes]) -> None:
 def lm_drain(d: str, pay: list[bytes]) -> float:
     env = lm_open(d, DRAIN_SYNC, len(pay))
     lm_fill(env, pay)
-    n = 0
-    with Timer() as t:
-        while True:
-            got: list[bytes] = []
-            with env.begin(write=True) as txn:
-                cur = txn.cursor()
-                if cur.first():
-                    value, delete, append = cur.value, cur.delete, got.append
-                    for _ in range(1000):
-                        append(value())
-                        if not delete() or not cur.key():
-                            break
-            if not got:
-                break
-            n += len(got)
-    assert n == len(pay)
+
+    def take_batch() -> int:
+        got: list[bytes] = []
+        with env.begin(write=True) as txn:
+            cur = txn.cursor()
+            if cur.first():
+                value, delete, append = cur.value, cur.delete, got.append
+                for _ in range(1000):
+                    append(value())
+                    if not delete() or not cur.key():
+                        break
+        return len(got)
+    seconds = drain_time(take_batch, len(pay))
     env.close()
-    return t.s
+    return seconds
 
 
 def lm_churn(d: str, pay: list[bytes]) -> float:
@@ -225,20 +231,17 @@ def sq_drain(d: str, pay: list[bytes]) -> float:
     con.execute("BEGIN")
     con.executemany("INSERT INTO q(v) VALUES (?)", zip(pay))
     con.execute("COMMIT")
-    n = 0
-    with Timer() as t:
-        while True:
-            con.execute("BEGIN IMMEDIATE")
-            rows = con.execute("SELECT id, v FROM q ORDER BY id LIMIT 1000").fetchall()
-            if rows:
-                con.execute("DELETE FROM q WHERE id <= ?", (rows[-1][0],))
-            con.execute("COMMIT")
-            if not rows:
-                break
-            n += len(rows)
-    assert n == len(pay)
+
+    def take_batch() -> int:
+        con.execute("BEGIN IMMEDIATE")
+        rows = con.execute("SELECT id, v FROM q ORDER BY id LIMIT 1000").fetchall()
+        if rows:
+            con.execute("DELETE FROM q WHERE id <= ?", (rows[-1][0],))
+        con.execute("COMMIT")
+        return len(rows)
+    seconds = drain_time(take_batch, len(pay))
     con.close()
-    return t.s
+    return seconds
 
 
 def sq_churn(d: str, pay: list[bytes]) -> float:
