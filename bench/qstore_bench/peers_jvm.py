@@ -178,31 +178,32 @@ class _JdbcStore(bk.Store):
         again; inside the caller's transaction the caller decides."""
         if self.in_txn:
             return int(ps.executeUpdate())
-        for attempt in range(_ATTEMPTS):
-            try:
-                return int(ps.executeUpdate())
-            except self.jpype.java.sql.SQLException as e:
-                if not self._retry(e, attempt):
-                    raise
-        raise AssertionError("unreachable")
+        return self._retrying(lambda: int(ps.executeUpdate()))
 
     def _transaction(self, work: Callable[[], _T]) -> _T:
         """work() in a transaction of its own, committed; run again when the
         engine rolled it back (see _retry).  Any failure rolls back, so that
         no failed transaction keeps its locks."""
-        for attempt in range(_ATTEMPTS):
+        def once() -> _T:
             self.begin()
             try:
                 out = work()
                 self.commit()
                 return out
-            except self.jpype.java.sql.SQLException as e:
-                self.rollback()
-                if not self._retry(e, attempt):
-                    raise
             except BaseException:
                 self.rollback()
                 raise
+        return self._retrying(once)
+
+    def _retrying(self, once: Callable[[], _T]) -> _T:
+        """once(), run again while it fails with an SQLException that
+        _retry says to run again, up to _ATTEMPTS runs."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return once()
+            except self.jpype.java.sql.SQLException as e:
+                if not self._retry(e, attempt):
+                    raise
         raise AssertionError("unreachable")
 
     def put(self, key: bytes, value: bytes) -> None:
