@@ -41,6 +41,8 @@ _qs_put = lib.qs_put
 _qs_putkeep = lib.qs_putkeep
 _qs_putdup = lib.qs_putdup
 _qs_get = lib.qs_get
+_qs_get_into = lib.qs_get_into
+_unpack = ffi.unpack
 
 _MISSING: Any = object()
 
@@ -493,19 +495,25 @@ class Casket(MutableMapping[bytes, bytes]):
 
     def get(self, key: BytesLike, default: Any = None) -> Any:
         """The first value of ``key``, or ``default`` when it has none."""
-        k, kl = _arg(key, "key")
+        # The hot path of seed 001's reads: bytes keys skip _arg's call and
+        # the C calls are module globals (a lib attribute lookup each call
+        # cost more than the type test).
+        if type(key) is bytes:
+            k, kl = key, len(key)
+        else:
+            k, kl = _arg(key, "key")
         try:
             buf, pn = _scratch.cell
         except AttributeError:
             buf, pn = _scratch.cell = (ffi.new("char[]", _SCRATCH), ffi.new("size_t *"))
-        rc = lib.qs_get_into(self._c, k, kl, buf, _SCRATCH, pn)
+        rc = _qs_get_into(self._c, k, kl, buf, _SCRATCH, pn)
         if rc:
             if rc == _NOTFOUND:
                 return default
             raise self._error(rc, "get")
         n = pn[0]
         if n <= _SCRATCH:
-            return ffi.unpack(buf, n)
+            return _unpack(buf, n)
         return self._get_large(k, kl, default)
 
     def _get_large(self, k: Any, kl: int, default: Any) -> Any:
