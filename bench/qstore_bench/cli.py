@@ -860,7 +860,7 @@ def goals_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                      peer or "none available", x["peer_durability"] if peer else "-",
                      _rate(x["peer_median"]) if peer else "-",
                      f"{x['ratio']:.2f}x" if peer else "-",
-                     f">= {x['goal']:g}x" + (f", >= {_rate(x['floor'])}" if x["floor"] else ""),
+                     f">= {x['goal']:.3g}x" + (f", >= {_rate(x['floor'])}" if x["floor"] else ""),
                      "met" if x["met"] else "not met"])
     return head, rows
 

@@ -19,6 +19,9 @@ issue's goal.  Every workload is existing code, timed here as is:
                 (queue_lines "put")                         vs lmdb, >= 1.3x
   churn         one put then one get, each its own commit, sync off
                 (queue_lines "churn")          vs lmdb, >= 1.5x and >= 250k/s
+  reserved-get  gets behind 5,000 reserved 10 KB items (queue_lines
+                .pq_get_behind)                vs the same gets with none
+                reserved, >= 1/3 (a get costs at most 3x)
   group-commit  8 threads of synced one-put commits (commit_rate.pyqstore)
                 vs the better of two no-database references: 8 threads each
                 writing 4 KiB and fdatasync-ing (commit_rate.floor_threads,
@@ -61,14 +64,18 @@ class Sizes:
     put_many: int
     put: int
     churn: int
+    behind: int
+    behind_held: int
     commit_seconds: float
     commit_threads: int = 8
 
 
 FULL = Sizes(sweep_ns=(10**3, 10**4, 10**5, 10**6), kv_requests=10**5, kv_threads=(1, 2, 10),
-             drain=10**6, put_many=10**5, put=10**6, churn=10**5, commit_seconds=2.0)
+             drain=10**6, put_many=10**5, put=10**6, churn=10**5,
+             behind=10**4, behind_held=5000, commit_seconds=2.0)
 SMALL = Sizes(sweep_ns=(10**3, 10**4), kv_requests=2000, kv_threads=(1, 10), drain=10**4,
-              put_many=10**4, put=10**4, churn=2000, commit_seconds=0.3)
+              put_many=10**4, put=10**4, churn=2000, behind=1000, behind_held=500,
+              commit_seconds=0.3)
 
 
 @dataclass
@@ -140,6 +147,16 @@ def _queue_cell(line: str, name: str, pay: list[bytes]) -> Cell:
     return cell
 
 
+def _behind_cell(pay: list[bytes], held: int) -> Cell:
+    def cell(wd: Workdir) -> float:
+        d = wd.fresh()
+        try:
+            return len(pay) / queue_lines.pq_get_behind(d, pay, held)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return cell
+
+
 def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: float,
                  threads: int) -> Cell:
     def cell(wd: Workdir) -> float:
@@ -153,7 +170,8 @@ def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: 
 
 # -------------------------------------------------------------------- rows
 
-LINES = ("sweep", "kv-put", "kv-get", "drain", "put_many", "put", "churn", "group-commit")
+LINES = ("sweep", "kv-put", "kv-get", "drain", "put_many", "put", "churn", "reserved-get",
+         "group-commit")
 # what each line's cells do, on both sides, for the notes under the table
 WORK = {
     "sweep": "one transaction of n items, each putdup(QUEUE, uuid) + putdup(uuid, uuid), "
@@ -167,6 +185,8 @@ WORK = {
     "put_many": "Queue.put_many of n 36-byte items (lmdb: cursor.putmulti(append=True))",
     "put": "Queue.put per item (lmdb: txn.put(append=True)) in one transaction",
     "churn": "Queue.put then get_nowait, each its own commit (lmdb: two write txns)",
+    "reserved-get": "get_nowait of each item, each its own commit, behind held reserved "
+                    "10 KB items (reference: the same gets with none held)",
     "group-commit": "8 threads of autocommit put(key, 36-byte value) on one Casket; "
                     "floor: 8 threads each pwrite 4 KiB at its own offset + fdatasync; "
                     "ideal: group_commit_ideal.c, 8 threads sharing each fdatasync",
@@ -241,6 +261,13 @@ def rows(lines: list[str], sizes: Sizes, report: dict[str, Any], seed: int = 17)
                            _queue_cell(line, "pyqstore", pay),
                            {p: _queue_cell(line, p, pay) for p in queue_peers},
                            durability, durability, floor))
+    if "reserved-get" in lines:
+        pay = queue_lines.payloads(sizes.behind)
+        held = sizes.behind_held
+        out.append(Row("reserved-get", f"get behind {held:,} reserved, n={sizes.behind:,}",
+                       "gets/s", 1 / 3, _behind_cell(pay, held),
+                       {"none reserved (pyqstore)": _behind_cell(pay, 0)},
+                       SYNC_OFF, SYNC_OFF))
     if "group-commit" in lines:
         t, s = sizes.commit_threads, sizes.commit_seconds
         references = {f"floor-{t} (no database)": _commit_cell(commit_rate.floor_threads, s, t)}

@@ -8,6 +8,9 @@ the script and `qstore-bench goals` time the same code:
              transaction, sync off unless DRAIN_SYNC
   churn      one put then one get, each committed on its own, sync off
 
+and, on pyqstore alone (its own reference is the peer), get_behind: gets
+of items queued behind held reserved ones.
+
 The items are made before any clock starts (payloads); each function opens
 a fresh store in the directory it is given and closes it, untimed.
 """
@@ -255,6 +258,27 @@ def sq_churn(d: str, pay: list[bytes]) -> float:
             ex("DELETE FROM q WHERE id = ?", (row[0],))
             ex("COMMIT")
     con.close()
+    return t.s
+
+
+def pq_get_behind(d: str, pay: list[bytes], held: int, held_size: int = 10240) -> float:
+    """Seconds for one get_nowait of each payload, each its own commit, sync
+    off, with `held` reserved items of held_size bytes at the front of the
+    queue all the while (issue 17: a get must seek past a run of reserved
+    ids, not step over them)."""
+    c = pq_open(d, False)
+    q = c.queue("port")
+    if held:
+        q.put_many([b"r" * held_size] * held)
+    reservations: Any = q.reserve_many(held, timeout=0) if held else []
+    assert len(reservations) == held
+    q.put_many(pay)
+    with Timer() as t:
+        get = q.get_nowait
+        for _ in pay:
+            get()
+    assert len(q) == 0 and len(q.pending()) == held
+    c.close()
     return t.s
 
 

@@ -16,7 +16,7 @@ from qstore_bench.experiments import Workdir
 
 pytest.importorskip("lmdb")
 
-SELECTED = ["group-commit", "put_many", "kv-get", "sweep"]   # rows come in issue 17's order
+SELECTED = ["group-commit", "reserved-get", "put_many", "kv-get", "sweep"]   # rows come in issue 17's order
 
 
 def test_small_run_prints_every_line_with_its_ratio_and_verdict(tmp_path):
@@ -28,7 +28,7 @@ def test_small_run_prints_every_line_with_its_ratio_and_verdict(tmp_path):
     assert data["reps"] == 1 and data["small"] is True
     assert [x["line"] for x in data["rows"]] == (
         ["sweep"] * len(goals.SMALL.sweep_ns) + ["kv-get"] * len(goals.SMALL.kv_threads)
-        + ["put_many", "group-commit"])
+        + ["put_many", "reserved-get", "group-commit"])
     table = res.output.splitlines()
     for x in data["rows"]:
         ours = x["pyqstore"]["median"]
@@ -113,3 +113,16 @@ def test_kv_put_and_get_rows_share_one_perf_run_per_cell(tmp_path, monkeypatch):
     with Workdir(str(tmp_path)) as wd:
         goals.measure(only[0], 1, wd)
     assert len(calls) == 1 + len(only[0].peers)
+
+
+def test_get_behind_holds_its_reservations_through_the_timed_gets(tmp_path):
+    from qstore_bench import queue_lines
+    pay = queue_lines.payloads(300)
+    seconds = queue_lines.pq_get_behind(str(tmp_path), pay, 40, held_size=64)
+    assert seconds > 0
+    # the held items are still in the file, reserved by nobody now (their
+    # handle closed): the timed gets took only the payloads
+    import pyqstore
+    with pyqstore.open(str(tmp_path / "q.qs"), "r") as c:
+        left = c.queue("port").peek_many(100)
+    assert left == [b"r" * 64] * 40
