@@ -22,6 +22,9 @@ issue's goal.  Every workload is existing code, timed here as is:
   reserved-get  gets behind 5,000 reserved 10 KB items (queue_lines
                 .pq_get_behind)                vs the same gets with none
                 reserved, >= 1/3 (a get costs at most 3x)
+  mp-queue      4 producer + 4 consumer processes through one queue,
+                batches of 100, sync off (bench/scripts/mp_queue.py, run
+                as it is, one rep per cell)   vs sqlite3 WAL, >= 3x
   group-commit  8 threads of synced one-put commits (commit_rate.pyqstore)
                 vs the better of two no-database references: 8 threads each
                 writing 4 KiB and fdatasync-ing (commit_rate.floor_threads,
@@ -34,10 +37,14 @@ machine hits all of them; before every cell the dirty pages are flushed
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -64,6 +71,7 @@ class Sizes:
     put_many: int
     put: int
     churn: int
+    mp_items: int
     behind: int
     behind_held: int
     commit_seconds: float
@@ -72,9 +80,9 @@ class Sizes:
 
 FULL = Sizes(sweep_ns=(10**3, 10**4, 10**5, 10**6), kv_requests=10**5, kv_threads=(1, 2, 10),
              drain=10**6, put_many=10**5, put=10**6, churn=10**5,
-             behind=10**4, behind_held=5000, commit_seconds=2.0)
+             mp_items=200_000, behind=10**4, behind_held=5000, commit_seconds=2.0)
 SMALL = Sizes(sweep_ns=(10**3, 10**4), kv_requests=2000, kv_threads=(1, 10), drain=10**4,
-              put_many=10**4, put=10**4, churn=2000, behind=1000, behind_held=500,
+              put_many=10**4, put=10**4, churn=2000, mp_items=20_000, behind=1000, behind_held=500,
               commit_seconds=0.3)
 
 
@@ -157,6 +165,45 @@ def _behind_cell(pay: list[bytes], held: int) -> Cell:
     return cell
 
 
+# The multi-process line is a script of its own (its worker processes are
+# spawned from its module); a cell runs it as is, one backend and one rep.
+MP_QUEUE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "scripts", "mp_queue.py")
+
+
+def mp_queue_unavailable() -> Optional[str]:
+    """Why the mp-queue line cannot run here, or None."""
+    if not os.path.isfile(MP_QUEUE):
+        return (f"needs the repository's bench/scripts/mp_queue.py ({MP_QUEUE} is not "
+                "there: qstore_bench is installed without its repository)")
+    return None
+
+
+def _mp_cell(backend: str, items: int) -> Cell:
+    def cell(wd: Workdir) -> float:
+        d = wd.fresh()
+        try:
+            out = os.path.join(d, "mp.json")
+            p = subprocess.run([sys.executable, MP_QUEUE, "--backends", backend, "--reps", "1",
+                                "--items", str(items), "--dir", d, "--json", out],
+                               capture_output=True, text=True, timeout=900)
+            if p.returncode != 0 or not os.path.exists(out):
+                raise RuntimeError(f"mp_queue.py --backends {backend} failed "
+                                   f"(exit {p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
+            with open(out) as f:
+                result = json.load(f)
+            if backend in result["failed"]:
+                raise RuntimeError(f"mp_queue.py: {backend}: {result['failed'][backend]}")
+            run = result["runs"][backend][0]
+            if not run["exactly_once"]:
+                raise RuntimeError(f"mp_queue.py: {backend} did not deliver every item "
+                                   "exactly once")
+            return float(run["items_per_s"])
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return cell
+
+
 def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: float,
                  threads: int) -> Cell:
     def cell(wd: Workdir) -> float:
@@ -171,7 +218,7 @@ def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: 
 # -------------------------------------------------------------------- rows
 
 LINES = ("sweep", "kv-put", "kv-get", "drain", "put_many", "put", "churn", "reserved-get",
-         "group-commit")
+         "mp-queue", "group-commit")
 # what each line's cells do, on both sides, for the notes under the table
 WORK = {
     "sweep": "one transaction of n items, each putdup(QUEUE, uuid) + putdup(uuid, uuid), "
@@ -187,6 +234,9 @@ WORK = {
     "churn": "Queue.put then get_nowait, each its own commit (lmdb: two write txns)",
     "reserved-get": "get_nowait of each item, each its own commit, behind held reserved "
                     "10 KB items (reference: the same gets with none held)",
+    "mp-queue": "4 producer processes put_many(100), 4 consumer processes "
+                "get_many(100, block=True) (sqlite3: INSERT / SELECT+DELETE in BEGIN "
+                "IMMEDIATE, WAL), one file; exactly-once checked after the clock",
     "group-commit": "8 threads of autocommit put(key, 36-byte value) on one Casket; "
                     "floor: 8 threads each pwrite 4 KiB at its own offset + fdatasync; "
                     "ideal: group_commit_ideal.c, 8 threads sharing each fdatasync",
@@ -268,6 +318,16 @@ def rows(lines: list[str], sizes: Sizes, report: dict[str, Any], seed: int = 17)
                        "gets/s", 1 / 3, _behind_cell(pay, held),
                        {"none reserved (pyqstore)": _behind_cell(pay, 0)},
                        SYNC_OFF, SYNC_OFF))
+    if "mp-queue" in lines:
+        why = mp_queue_unavailable()
+        if why:
+            report["mp_queue.py"] = {"available": False, "reason": why}
+        else:
+            n = sizes.mp_items
+            out.append(Row("mp-queue", f"4 producers + 4 consumers, batches of 100, n={n:,}",
+                           "items/s", 3.0, _mp_cell("pyqstore", n),
+                           {"sqlite3": _mp_cell("sqlite3", n)}, SYNC_OFF,
+                           f"{SYNC_OFF} (synchronous=OFF, WAL)"))
     if "group-commit" in lines:
         t, s = sizes.commit_threads, sizes.commit_seconds
         references = {f"floor-{t} (no database)": _commit_cell(commit_rate.floor_threads, s, t)}

@@ -16,7 +16,7 @@ from qstore_bench.experiments import Workdir
 
 pytest.importorskip("lmdb")
 
-SELECTED = ["group-commit", "reserved-get", "put_many", "kv-get", "sweep"]   # rows come in issue 17's order
+SELECTED = ["group-commit", "mp-queue", "reserved-get", "put_many", "kv-get", "sweep"]   # rows come in issue 17's order
 
 
 def test_small_run_prints_every_line_with_its_ratio_and_verdict(tmp_path):
@@ -28,7 +28,7 @@ def test_small_run_prints_every_line_with_its_ratio_and_verdict(tmp_path):
     assert data["reps"] == 1 and data["small"] is True
     assert [x["line"] for x in data["rows"]] == (
         ["sweep"] * len(goals.SMALL.sweep_ns) + ["kv-get"] * len(goals.SMALL.kv_threads)
-        + ["put_many", "reserved-get", "group-commit"])
+        + ["put_many", "reserved-get", "mp-queue", "group-commit"])
     table = res.output.splitlines()
     for x in data["rows"]:
         ours = x["pyqstore"]["median"]
