@@ -856,15 +856,29 @@ class _BdbStore(Store):
         self.txn.commit()
         self.txn = None
 
+    def _put(self, table: Any, key: bytes, value: bytes) -> None:
+        """table.put in the open transaction, or auto-committed; an
+        auto-committed put that the deadlock detector chose as its victim
+        was undone, and runs again (a transaction is rerun by its caller).
+        Threads putting random keys lock neighbouring pages in either order,
+        so seed 001's 2- and 10-thread writes meet this."""
+        while True:
+            try:
+                table.put(key, value, txn=self.txn)
+                return
+            except self.dbm.DBLockDeadlockError:
+                if self.txn is not None:
+                    raise
+
     def put(self, key: bytes, value: bytes) -> None:
-        self.kv.put(key, value, txn=self.txn)
+        self._put(self.kv, key, value)
 
     def get(self, key: bytes) -> Optional[bytes]:
         result: Optional[bytes] = self.kv.get(key, txn=self.txn)
         return result
 
     def putdup(self, key: bytes, value: bytes) -> None:
-        self.dups.put(key, value, txn=self.txn)
+        self._put(self.dups, key, value)
 
     def getdup(self, key: bytes) -> list[bytes]:
         cur = self.dups.cursor(txn=self.txn)
@@ -879,15 +893,7 @@ class _BdbStore(Store):
             cur.close()
 
     def qput(self, name: str, payload: bytes) -> None:
-        k = b"q\0" + name.encode() + b"\0" + _be64(next(self.ids))
-        while True:
-            try:
-                self.kv.put(k, payload, txn=self.txn)
-                return
-            except self.dbm.DBLockDeadlockError:
-                if self.txn is not None:
-                    raise           # the transaction is rerun by its caller
-                # an auto-commit put chosen by the detector was undone: again
+        self._put(self.kv, b"q\0" + name.encode() + b"\0" + _be64(next(self.ids)), payload)
 
     def queue_transaction(self, payloads: list[bytes]) -> None:
         while True:

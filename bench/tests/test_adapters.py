@@ -351,3 +351,47 @@ def test_seed_method_defaults_to_the_seeds_ten_runs(tmp_path):
                                     "pyqstore", "--dir", str(tmp_path), "--json", str(out)])
     assert res.exit_code == 0, res.output
     assert [len(r["times"]) for r in json.loads(out.read_text())["results"]] == [10]
+
+
+def test_berkeleydb_reruns_an_autocommitted_put_its_deadlock_detector_undid(tmp_path):
+    """Seed 001's threaded writes meet DB_LOCK_DEADLOCK (a full goals run
+    died of one): an auto-committed put, put or putdup or qput, that the
+    detector chose is undone and runs again; inside a transaction the
+    error goes to the caller, who reruns the whole transaction."""
+    b = _need("berkeleydb")
+    store = b.open(str(tmp_path), False)
+    try:
+        victims = {"left": 2}
+
+        class Chosen:
+            """The real table, its first puts chosen as deadlock victims."""
+
+            def __init__(self, table):
+                self.table = table
+
+            def put(self, key, value, txn=None):
+                if victims["left"]:
+                    victims["left"] -= 1
+                    raise store.dbm.DBLockDeadlockError(-30993, "chosen")
+                return self.table.put(key, value, txn=txn)
+
+            def __getattr__(self, name):
+                return getattr(self.table, name)
+
+        real_kv, real_dups = store.kv, store.dups
+        store.kv, store.dups = Chosen(real_kv), Chosen(real_dups)
+        store.put(b"k", b"v")
+        assert victims["left"] == 0 and real_kv.get(b"k") == b"v"
+        victims["left"] = 1
+        store.putdup(b"d", b"1")
+        assert victims["left"] == 0 and store.getdup(b"d") == [b"1"]
+        victims["left"] = 1
+        store.begin()
+        with pytest.raises(store.dbm.DBLockDeadlockError):
+            store.put(b"in-txn", b"v")
+        store.txn.abort()
+        store.txn = None
+        store.kv, store.dups = real_kv, real_dups
+        assert store.get(b"in-txn") is None
+    finally:
+        store.close()
