@@ -3,6 +3,7 @@
  * items, kept in the room shm.c leaves for the layer above. */
 #include "qres.h"
 #include "qstore.h"
+#include <errno.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -24,8 +25,15 @@ uint32_t qr_wait_word(const sh_region *r, uint64_t qhash)
     return atomic_load(BUCKET(r, qhash % QR_BUCKETS));
 }
 
+void qr_wait_begin(void)
+{
+    (void)sh_intr_take();
+}
+
 int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
 {
+    if (sh_intr_take())
+        return EINTR;
     size_t b = qhash % QR_BUCKETS;
     atomic_fetch_add(BWAITERS(r, b), 1);
     int rc = sh_futex_wait(BUCKET(r, b), word, timeout);

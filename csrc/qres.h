@@ -52,8 +52,14 @@ typedef struct qr_qent {
  * then sleeps until it changes (or until timeout seconds, < 0: no limit).
  * qr_wake changes it and wakes the sleepers, in every process.  qr_wait
  * returns EINTR when a signal handler ran while it slept (it is not
- * restarted: the caller's caller may have to act on the signal), else 0. */
+ * restarted: the caller's caller may have to act on the signal), or, at
+ * once, when one ran during an earlier futex wait of the thread since
+ * qr_wait_begin (the write lock's, which retries): the signal came before
+ * the sleep and would not end it.  Else 0.  A waiting call runs
+ * qr_wait_begin first, so that a signal an earlier call swallowed (and
+ * whose handler has run since) does not end this one. */
 uint32_t qr_wait_word(const sh_region *r, uint64_t qhash);
+void qr_wait_begin(void);
 int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
 /* Returns whether anyone, in any process, sleeps on the word or waits on
  * it asynchronously; then the caller tells the asynchronous waiters of its

@@ -835,10 +835,14 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * when a signal handler (one installed without SA_RESTART, as Python's
  * are) ran in this thread while it waited: nothing was taken, *out is
  * NULL, and the caller may call again with the time that is left
- * (qs_queue_wait_left).  A
- * signal that arrives in the instant between a look at the queue and the
- * sleep is not seen until the next wake-up, as with any wait that cannot
- * block signals atomically around its sleep.
+ * (qs_queue_wait_left).  That includes a handler that ran while the call
+ * waited for the write lock (each look at the queue takes it): the lock's
+ * wait goes on, and the call returns QS_INTR once it has the lock, looked
+ * and found nothing, instead of sleeping.  A signal that arrives in the
+ * instant between a look at the queue and the sleep is not seen until the
+ * next wake-up, as with any wait that cannot block signals atomically
+ * around its sleep.  The other waiting calls (reserve, put on a full
+ * bounded queue, join, wait for room, a stream group's read) do the same.
  * @return 0, or QS_NOTFOUND, QS_CLOSED, QS_INTR (above), QS_INVAL (out
  *         NULL, a bad name, max 0, timeout NaN), QS_NOMEM, HANDLE, WRITE,
  *         STORAGE

@@ -1207,6 +1207,7 @@ static int put_wait(qs_casket *c, put_args *a, double timeout, uint64_t *id)
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
     uint64_t hash = hash_bytes(a->key, a->klen);
+    qr_wait_begin();
     for (;;) {
         /* read before the look: a commit after it moves the word */
         uint32_t word = qr_wait_word(cs_region(c), hash);
@@ -1833,6 +1834,7 @@ static int take_wait(qs_casket *c, take_args *a, double timeout)
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
     a->hash = hash_bytes(a->key, a->klen);
+    qr_wait_begin();
     for (;;) {
         a->moved = 0;
         int rc = cs_write(c, take_fn, a);
@@ -2658,6 +2660,7 @@ static int wait_held(qs_casket *c, const void *name, size_t nlen, uint64_t n, do
     uint64_t hash = hash_bytes(key, klen);
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
+    qr_wait_begin();
     for (;;) {
         uint32_t word = qr_wait_word(cs_region(c), hash);
         bt_ctx bt;

@@ -87,6 +87,16 @@ static void nap_ns(long ns)
 
 /* ---- futexes on the shared mapping (not FUTEX_PRIVATE: other processes) ---- */
 
+/* A futex wait of this thread returned EINTR (sh_intr_take). */
+static _Thread_local int intr_seen;
+
+int sh_intr_take(void)
+{
+    int seen = intr_seen;
+    intr_seen = 0;
+    return seen;
+}
+
 int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout)
 {
     struct timespec ts, *tp = NULL;
@@ -97,8 +107,10 @@ int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout)
         ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
         tp = &ts;
     }
-    if (syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0) != 0 && errno == EINTR)
+    if (syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, tp, NULL, 0) != 0 && errno == EINTR) {
+        intr_seen = 1;
         return EINTR;
+    }
     return 0;
 }
 

@@ -211,6 +211,14 @@ uint32_t sh_pins_revoke(sh_region *r);
 int sh_futex_wait(_Atomic uint32_t *w, uint32_t val, double timeout);
 void sh_futex_wake(_Atomic uint32_t *w, int n);
 
+/* Whether a futex wait of the calling thread returned EINTR since the last
+ * call, which clears it.  Waits that retry on EINTR (the write lock's)
+ * would otherwise swallow the signal: its handler has run, and a later
+ * sleep of the same call (a get waiting for items after waiting for the
+ * lock) would not be interrupted, leaving a Ctrl-C unanswered until the
+ * sleep ends.  Per thread; never fails. */
+int sh_intr_take(void);
+
 /* Slot i (< SH_SLOTS): its generation, bumped each time a handle takes it,
  * and whether a live handle holds it (ours always is; a system call for
  * the others). */

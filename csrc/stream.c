@@ -702,6 +702,7 @@ static int read_group_wait(qs_casket *c, st_args *a, double timeout)
 {
     int nowait = timeout == 0 || cs_in_txn(c);
     double deadline = timeout < 0 ? INFINITY : nowait ? 0 : cs_now() + timeout;
+    qr_wait_begin();
     for (;;) {
         int rc = st_write(c, read_group_fn, a);
         if (rc != QS_NOTFOUND || nowait)

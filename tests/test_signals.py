@@ -115,6 +115,56 @@ def test_sigint_interrupts_blocked_wait(path, mode):
     finish(proc, CHILD_DEADLINE)
 
 
+# The waits of WAITS and a put into a full bounded queue, started once the
+# parent holds the write lock; then INTERRUPTED's wait.
+BEHIND_LOCK = """
+    b = c.queue("b", maxsize=1)
+    b.put(b"full")
+    WAIT = eval("lambda: " + dict(WAITS_TEXT, put_full="b.put(b'more')")[mode])
+    say(state="ready")
+    wait_for_parent()
+"""
+
+
+@pytest.mark.parametrize("mode", sorted(WAITS) + ["put_full"])
+def test_sigint_while_waiting_for_the_write_lock_ends_the_wait_after_it(path, mode):
+    """Every blocking wait first takes the write lock (to take, or to put
+    into a bounded queue), and the lock's wait retries when a signal
+    interrupts it.  A SIGINT that arrives then must still end the wait that
+    follows, once the lock is free: before the fix the signal's handler had
+    run, the later sleep for an item began afterwards, and the child slept
+    on until the deadline killed it.  (A put into a full queue returns to
+    Python between its first try and its wait, so its handler already ran
+    there; the case keeps that true.)"""
+    pyqstore.open(path, "n", sync=False).close()
+    proc = run_child(path, f"WAITS_TEXT = {WAITS!r}\n" + textwrap.dedent(BEHIND_LOCK)
+                     + textwrap.dedent(INTERRUPTED), mode)
+    deadline = time.monotonic() + CHILD_DEADLINE
+    assert read_msg(proc, deadline) == {"state": "ready"}
+    with pyqstore.open(path, sync=False) as holder:
+        with holder.transaction():
+            holder.put(b"held", b"by the parent")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert read_msg(proc, deadline) == {"state": "blocking"}
+            time.sleep(0.5)         # the child's wait is waiting for the lock
+            os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+        released = time.monotonic()
+        msg = read_msg(proc, min(deadline, released + 10.0))
+        assert msg["state"] == "interrupted", msg
+        assert 0 <= msg["at"] - released < LATENCY, (
+            f"KeyboardInterrupt {msg['at'] - released:.3f} s after the lock was free")
+        holder.queue("q").put(b"later")
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    # the interrupted wait took nothing and put nothing
+    assert read_msg(proc, deadline) == {"state": "after", "length": 1, "item": "later"}
+    finish(proc, CHILD_DEADLINE)
+    with pyqstore.open(path, sync=False) as c:
+        assert c.queue("b").get_many(5) == [b"full"]
+
+
 def test_sigterm_handler_exception_propagates(path):
     """A SIGTERM handler's exception comes out of the blocked get."""
     pyqstore.open(path, "n", sync=False).close()
