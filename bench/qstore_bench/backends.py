@@ -20,7 +20,7 @@ import itertools
 import os
 import struct
 import threading
-from typing import Any, Iterator, Optional, cast
+from typing import Any, Callable, Iterator, Optional, TypeVar, cast
 
 from . import redis_tool, servers
 
@@ -807,6 +807,11 @@ class Redis(Backend):
 
 # ---------------------------------------------------------------- Berkeley DB
 
+#: runs of one write the deadlock detector may choose as its victim before
+#: the error goes to the caller (the MariaDB peer's DEADLOCK_RETRIES)
+DEADLOCK_RERUNS = 20
+T = TypeVar("T")
+
 class _BdbStore(Store):
     """DB_BTREE with DB_DUP (duplicates in insertion order) in a
     transactional environment; with sync off, DB_TXN_NOSYNC.  As Berkeley
@@ -856,19 +861,29 @@ class _BdbStore(Store):
         self.txn.commit()
         self.txn = None
 
-    def _put(self, table: Any, key: bytes, value: bytes) -> None:
-        """table.put in the open transaction, or auto-committed; an
-        auto-committed put that the deadlock detector chose as its victim
-        was undone, and runs again (a transaction is rerun by its caller).
-        Threads putting random keys lock neighbouring pages in either order,
-        so seed 001's 2- and 10-thread writes meet this."""
-        while True:
+    def _rerun(self, run: Callable[[], T], undo: Callable[[], None]) -> T:
+        """run(), and again after undo() each time the deadlock detector
+        chose it as its victim (Berkeley DB undid it), up to
+        DEADLOCK_RERUNS runs: threads putting random keys lock neighbouring
+        pages in either order, so seed 001's 2- and 10-thread writes meet
+        this.  A victim the detector chooses every time is an error, not a
+        loop without end."""
+        for attempt in range(1, DEADLOCK_RERUNS + 1):
             try:
-                table.put(key, value, txn=self.txn)
-                return
+                return run()
             except self.dbm.DBLockDeadlockError:
-                if self.txn is not None:
+                undo()
+                if attempt == DEADLOCK_RERUNS:
                     raise
+        raise AssertionError("unreachable")
+
+    def _put(self, table: Any, key: bytes, value: bytes) -> None:
+        """table.put in the open transaction (a deadlock goes to the caller,
+        who reruns the whole transaction), or auto-committed and rerun."""
+        if self.txn is not None:
+            table.put(key, value, txn=self.txn)
+            return
+        self._rerun(lambda: table.put(key, value), lambda: None)
 
     def put(self, key: bytes, value: bytes) -> None:
         self._put(self.kv, key, value)
@@ -896,33 +911,29 @@ class _BdbStore(Store):
         self._put(self.kv, b"q\0" + name.encode() + b"\0" + _be64(next(self.ids)), payload)
 
     def queue_transaction(self, payloads: list[bytes]) -> None:
-        while True:
-            try:
-                super().queue_transaction(payloads)
-                return
-            except self.dbm.DBLockDeadlockError:
-                # the detector chose this transaction: abort it, run it again
-                self.txn.abort()
-                self.txn = None
+        def abort() -> None:
+            # the detector chose this transaction: abort it, run it again
+            self.txn.abort()
+            self.txn = None
+        self._rerun(lambda: super(_BdbStore, self).queue_transaction(payloads), abort)
 
     def qget_many(self, name: str, n: int) -> list[bytes]:
         prefix = b"q\0" + name.encode() + b"\0"
         if self.txn is not None:
             return self._take(self.txn, prefix, n)
-        while True:
-            txn = self.env.txn_begin()
-            try:
-                out = self._take(txn, prefix, n)
-            except self.dbm.DBLockDeadlockError:
-                # concurrent consumers lock the same head: the detector chose
-                # this transaction, so abort it and take again
-                txn.abort()
-                continue
-            except BaseException:
-                txn.abort()
-                raise
-            txn.commit()
-            return out
+        # concurrent consumers lock the same head: the detector may choose
+        # this take's transaction, which is then taken again
+        return self._rerun(lambda: self._take_committed(prefix, n), lambda: None)
+
+    def _take_committed(self, prefix: bytes, n: int) -> list[bytes]:
+        txn = self.env.txn_begin()
+        try:
+            out = self._take(txn, prefix, n)
+        except BaseException:
+            txn.abort()
+            raise
+        txn.commit()
+        return out
 
     def _take(self, txn: Any, prefix: bytes, n: int) -> list[bytes]:
         cur = self.kv.cursor(txn=txn)
