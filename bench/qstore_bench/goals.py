@@ -44,7 +44,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -143,26 +142,25 @@ class KvRuns:
         return cell
 
 
-def _queue_cell(line: str, name: str, pay: list[bytes]) -> Cell:
-    run = queue_lines.RUNNERS[line][name]
-
+def _in_fresh(run: Callable[[str], float]) -> Cell:
+    """A cell that runs run(d) in a fresh directory of the workdir and
+    removes it afterwards."""
     def cell(wd: Workdir) -> float:
         d = wd.fresh()
         try:
-            return len(pay) / run(d, pay)
+            return run(d)
         finally:
             shutil.rmtree(d, ignore_errors=True)
     return cell
+
+
+def _queue_cell(line: str, name: str, pay: list[bytes]) -> Cell:
+    run = queue_lines.RUNNERS[line][name]
+    return _in_fresh(lambda d: len(pay) / run(d, pay))
 
 
 def _behind_cell(pay: list[bytes], held: int) -> Cell:
-    def cell(wd: Workdir) -> float:
-        d = wd.fresh()
-        try:
-            return len(pay) / queue_lines.pq_get_behind(d, pay, held)
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-    return cell
+    return _in_fresh(lambda d: len(pay) / queue_lines.pq_get_behind(d, pay, held))
 
 
 # The multi-process line is a script of its own (its worker processes are
@@ -180,39 +178,29 @@ def mp_queue_unavailable() -> Optional[str]:
 
 
 def _mp_cell(backend: str, items: int) -> Cell:
-    def cell(wd: Workdir) -> float:
-        d = wd.fresh()
-        try:
-            out = os.path.join(d, "mp.json")
-            p = subprocess.run([sys.executable, MP_QUEUE, "--backends", backend, "--reps", "1",
-                                "--items", str(items), "--dir", d, "--json", out],
-                               capture_output=True, text=True, timeout=900)
-            if p.returncode != 0 or not os.path.exists(out):
-                raise RuntimeError(f"mp_queue.py --backends {backend} failed "
-                                   f"(exit {p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
-            with open(out) as f:
-                result = json.load(f)
-            if backend in result["failed"]:
-                raise RuntimeError(f"mp_queue.py: {backend}: {result['failed'][backend]}")
-            run = result["runs"][backend][0]
-            if not run["exactly_once"]:
-                raise RuntimeError(f"mp_queue.py: {backend} did not deliver every item "
-                                   "exactly once")
-            return float(run["items_per_s"])
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-    return cell
+    def run(d: str) -> float:
+        out = os.path.join(d, "mp.json")
+        p = subprocess.run([sys.executable, MP_QUEUE, "--backends", backend, "--reps", "1",
+                            "--items", str(items), "--dir", d, "--json", out],
+                           capture_output=True, text=True, timeout=900)
+        if p.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"mp_queue.py --backends {backend} failed "
+                               f"(exit {p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
+        with open(out) as f:
+            result = json.load(f)
+        if backend in result["failed"]:
+            raise RuntimeError(f"mp_queue.py: {backend}: {result['failed'][backend]}")
+        got = result["runs"][backend][0]
+        if not got["exactly_once"]:
+            raise RuntimeError(f"mp_queue.py: {backend} did not deliver every item "
+                               "exactly once")
+        return float(got["items_per_s"])
+    return _in_fresh(run)
 
 
 def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: float,
                  threads: int) -> Cell:
-    def cell(wd: Workdir) -> float:
-        d = wd.fresh()
-        try:
-            return float(measure(d, seconds, threads)["per_s"])
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
-    return cell
+    return _in_fresh(lambda d: float(measure(d, seconds, threads)["per_s"]))
 
 
 # -------------------------------------------------------------------- rows

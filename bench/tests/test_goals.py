@@ -102,11 +102,18 @@ def test_kv_put_and_get_rows_share_one_perf_run_per_cell(tmp_path, monkeypatch):
     assert len(calls) == after_puts     # the get row ran no perf_run of its own
     assert after_puts == 2 * sum(1 + len(r.peers) for r in puts)
     n = goals.SMALL.kv_requests
+    runs_used = []
     for p, g in zip(put_results, get_results):
-        # each get figure is the read phase of the run that gave a put figure
-        write_runs = p["pyqstore"]["runs"]
-        assert g["pyqstore"]["runs"] == [w / 1000 for w in write_runs]
-        assert all(w == n / round(n / w) for w in write_runs)
+        # each get figure is the read phase of the run that gave a put
+        # figure, on every side
+        for side in ["pyqstore", *p["peers"]]:
+            of = (lambda r: r["pyqstore"]) if side == "pyqstore" else (lambda r: r["peers"][side])
+            write_runs = of(p)["runs"]
+            assert of(g)["runs"] == pytest.approx([w / 1000 for w in write_runs])
+            runs_used += [round(n / w) for w in write_runs]
+    # every perf_run gave one put figure and its get figure, and no run's
+    # figures were left untaken or taken twice
+    assert sorted(runs_used) == list(range(1, after_puts + 1))
     # without the kv-put row, a get cell runs perf_run itself
     calls.clear()
     only = goals.rows(["kv-get"], goals.SMALL, {})
