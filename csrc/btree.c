@@ -619,7 +619,11 @@ static int cell_at(bt_ctx *c, const bt_path *path, cellv *cv)
     int leaf = path->depth - 1, rc;
     if (path->depth == 0)
         return QS_NOTFOUND;
-    if ((rc = load(c, path->pg[leaf], &pg)) != 0)
+    /* the writer's own image of the leaf, as path_write trusts it: a taker
+     * or an ack walking a queue reads each cell there, with no lookup */
+    if (path->epoch == c->p->epoch && path->mine[leaf])
+        pg = path->ptr[leaf];
+    else if ((rc = load(c, path->pg[leaf], &pg)) != 0)
         return rc;
     if (path->idx[leaf] < 0 || (uint32_t)path->idx[leaf] >= ncells(pg) || pg[H_TYPE] != PT_LEAF)
         return QS_NOTFOUND;
@@ -818,6 +822,31 @@ static void node_remove(uint8_t *pg, uint32_t i, uint32_t size)
         wr16(pg + H_CSTART, PG_USABLE);
         wr16(pg + H_FRAG, 0);
     }
+}
+
+/* Changes the size of cell i, at off and old bytes long, to size bytes
+ * where it lies, keeping its first keep bytes (<= both sizes): its end
+ * stays, and the cells below it in the cell area move with its front by
+ * the change, their pointers with them.  The caller has checked that the
+ * gap holds a growth.  Returns the cell's new offset; the bytes after the
+ * kept ones are the caller's to write. */
+static uint32_t node_resize(uint8_t *pg, uint32_t i, uint32_t off, uint32_t old, uint32_t size,
+                            uint32_t keep)
+{
+    uint32_t n = ncells(pg), cs = rd16(pg + H_CSTART);
+    if (size == old)
+        return off;
+    /* a grown cell starts lower, a shrunk one higher */
+    uint32_t noff = off + old - size;
+    memmove(pg + cs + noff - off, pg + cs, off + keep - cs);
+    for (uint32_t j = 0; j < n; j++) {
+        uint32_t o = cell_off(pg, j);
+        if (o < off)
+            wr16(pg + H_SIZE + 2 * j, (uint16_t)(o + noff - off));
+    }
+    wr16(pg + H_SIZE + 2 * i, (uint16_t)noff);
+    wr16(pg + H_CSTART, (uint16_t)(cs + noff - off));
+    return noff;
 }
 
 /* Builds an interior cell for separator (key, klen, seq); long keys get an
@@ -1061,6 +1090,48 @@ static int insert_impl(bt_ctx *c, bt_path *path, const bt_key *k, const void *va
                             sep, sepsize);
 }
 
+int bt_replace(bt_ctx *c, bt_path *path, const void *val, size_t vlen, int *done)
+{
+    *done = 0;
+    if (path->depth == 0)
+        return QS_NOTFOUND;
+    /* the cell is read where it will be written: the writer's own image
+     * of the leaf, which a taker walking the queue has at hand */
+    int leaf = path->depth - 1, rc;
+    uint8_t *pg;
+    if ((rc = path_write(c, path, leaf, &pg)) != 0)
+        return rc;
+    uint32_t i = (uint32_t)path->idx[leaf], n = ncells(pg);
+    cellv cv;
+    if (path->idx[leaf] < 0 || i >= n || pg[H_TYPE] != PT_LEAF)
+        return QS_NOTFOUND;
+    if ((rc = parse_leaf(pg, i, &cv)) != 0)
+        return rc;
+    uint64_t size = L_DATA + (uint64_t)cv.klen + vlen;
+    if (cv.ovfl || size > MAX_LOCAL)
+        return 0;
+    uint32_t off = cell_off(pg, i);
+    if (size > cv.size) {
+        uint32_t gap = rd16(pg + H_CSTART) - (H_SIZE + 2 * n), grow = (uint32_t)size - cv.size;
+        if (gap < grow) {
+            if (gap + rd16(pg + H_FRAG) < grow)
+                return 0;
+            defragment(pg);
+            if (rd16(pg + H_CSTART) - (H_SIZE + 2 * n) < grow)
+                return 0;   /* the fragment count lied (a damaged page) */
+            off = cell_off(pg, i);
+        }
+    }
+    off = node_resize(pg, i, off, cv.size, (uint32_t)size, L_DATA + cv.klen);
+    /* the key (and the header's klen, flags, seq) stay; the value's length
+     * and bytes are new */
+    wr32(pg + off + L_VLEN, (uint32_t)vlen);
+    if (vlen)
+        memcpy(pg + off + L_DATA + cv.klen, val, vlen);
+    *done = 1;
+    return 0;
+}
+
 int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen)
 {
     int kept = 0;
@@ -1280,23 +1351,32 @@ static int collapse_root(bt_ctx *c)
 static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
 {
     int leaf = path->depth - 1, rc;
+    if (path->depth == 0)
+        return QS_NOTFOUND;
+    /* the cell is read in the writer's own image of the leaf, where it is
+     * removed: an ack walking the queue has it at hand (path_write) */
+    uint8_t *pg;
+    if ((rc = path_write(c, path, leaf, &pg)) != 0)
+        return rc;
+    uint32_t at = (uint32_t)path->idx[leaf];
     cellv cv;
-    if ((rc = cell_at(c, path, &cv)) != 0)
+    if (path->idx[leaf] < 0 || at >= ncells(pg) || pg[H_TYPE] != PT_LEAF)
+        return QS_NOTFOUND;
+    if ((rc = parse_leaf(pg, at, &cv)) != 0)
         return rc;
     uint32_t ovfl = cv.ovfl;
     uint64_t obytes = ovfl_bytes(&cv, 1);
-    uint8_t *pg;
     for (int d = 0; d < leaf; d++) {
         if ((rc = path_write(c, path, d, &pg)) != 0)
             return rc;
         add_count(pg, (uint32_t)path->idx[d], -1);
     }
-    if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
+    if ((rc = path_write(c, path, leaf, &pg)) != 0)
         return rc;
-    node_remove(pg, (uint32_t)path->idx[leaf], cv.size);
-    if (ovfl && (rc = ovfl_free(c, ovfl, obytes)) != 0)
-        return rc;
-    if ((rc = pg_write(c->p, path->pg[leaf], &pg)) != 0)
+    node_remove(pg, at, cv.size);
+    /* freeing the chain writes other pages, which may move the leaf's */
+    if (ovfl && ((rc = ovfl_free(c, ovfl, obytes)) != 0 ||
+                 (rc = pg_write(c->p, path->pg[leaf], &pg)) != 0))
         return rc;
     if (ncells(pg) > (uint32_t)path->idx[leaf] && (leaf == 0 || node_used(pg) >= CAPACITY / 4)) {
         /* The next record moved into the removed one's slot of this leaf. */

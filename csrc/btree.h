@@ -89,6 +89,17 @@ int bt_insert(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t
 int bt_insert_next(bt_ctx *c, bt_path *path, const bt_key *k, const void *val, size_t vlen,
                    int *kept);
 
+/* Replaces the value of the record at path (from a writer's bt_seek or
+ * bt_next) with val, keeping its key and seq, inside its leaf: the cell is
+ * rewritten where it lies, the cells below it moved by the size's change,
+ * and no count above the leaf changes (the record stays where it was).
+ * *done 0 when that is not possible -- the record's value is or would be
+ * on overflow pages, or the leaf has no room for the larger cell -- and
+ * then nothing changed: the caller deletes and inserts.  *done 1: path is
+ * still on the record.  Returns 0, or QS_NOTFOUND (path not on a record),
+ * QS_CORRUPT, or the pager's errors with the leaf unchanged. */
+int bt_replace(bt_ctx *c, bt_path *path, const void *val, size_t vlen, int *done);
+
 /* The values of a run of records, one after another from p, in a layout
  * the caller describes (the tree reads nothing else of it):
  * lens != NULL: value i is the lens[i] bytes following value i-1;

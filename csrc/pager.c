@@ -214,6 +214,9 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
                  size_t budget_pages, uint64_t checkpoint_bytes)
 {
     memset(p, 0, sizeof *p);
+    /* never 0: a tree path whose pointers are not current says so with
+     * epoch 0 (btree.c), which must match no pager */
+    p->epoch = 1;
     p->fd = fd;
     p->readonly = readonly;
     p->has_log = log_fd >= 0;

@@ -65,7 +65,7 @@ typedef struct pager {
     _Atomic uint32_t bad_page;  /* the last page found damaged when read
                                    (0: none), for qs_corrupt_page */
     uint64_t epoch;             /* bumped by pg_trim: page pointers handed
-                                   out before it may be stale */
+                                   out before it may be stale; never 0 */
     int reload;                 /* the next pg_refresh rereads page 0 and the
                                    log whatever the salt */
     char damage[160];           /* why pg_open found the log damaged
