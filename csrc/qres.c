@@ -130,6 +130,12 @@ const qr_res *qr_find(const sh_region *r, uint64_t qhash, uint64_t id)
     return NULL;
 }
 
+void qr_prefetch(const sh_region *r, uint64_t qhash, uint64_t id)
+{
+    if (r->up_area)
+        __builtin_prefetch(&RES(r)[res_home2(id, qkey(qhash))], 1);
+}
+
 static qr_qent *q_find(const sh_region *r, uint64_t qhash)
 {
     uint64_t k = qkey(qhash);

@@ -485,6 +485,11 @@ static int find_shared(qs_casket *c, const qq_queue *q, uint64_t id, uint64_t to
     return 0;
 }
 
+/* How many ids ahead a walk over a queue's ids asks for the reservation
+ * table's slot (qr_prefetch): enough misses in flight to hide most of
+ * their latency, few enough that the walk's end wastes little. */
+#define PREFETCH_AHEAD 8
+
 /* Whether id is hidden from takers: reserved by anyone (committed), or by
  * the open transaction.  An entry of ours with a count due hides the item
  * from everyone else; from us, only while a mark says it is reserved. */
@@ -563,6 +568,8 @@ static void qq_txn_end(qs_casket *c, void *state, int committed)
         int back = 0;
         for (size_t i = 0; i < q->nm; i++) {
             qq_mark *m = &q->m[i];
+            if (committed && i + PREFETCH_AHEAD < q->nm)
+                qr_prefetch(cs_region(c), q->hash, q->m[i + PREFETCH_AHEAD].id);
             if (committed && ((m->flags & ~M_EARLY) == M_NEW || m->flags == M_CLAIMED)) {
                 /* room was checked when it was made (see take_fn); a
                  * claimed entry is taken over in place */
@@ -1752,6 +1759,8 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         }
         if (rc)
             break;
+        if (any)
+            qr_prefetch(sh, q->hash, id + PREFETCH_AHEAD);
         if (any && passed_over(sh, q, id, &known, &seek)) {
             if (seek) {
                 from = seek;
@@ -2188,6 +2197,8 @@ static int ack_many_fn(qs_casket *c, bt_ctx *ubt, void *arg)
     for (size_t i = 0; i < a->n; i++) {
         if (i && a->ids[i] <= a->ids[i - 1])
             return QS_INVAL;    /* a duplicate would pass the checks twice */
+        if (i + PREFETCH_AHEAD < a->n)
+            qr_prefetch(cs_region(c), q->hash, a->ids[i + PREFETCH_AHEAD]);
         if (find_mark(q, a->ids[i], a->one.token, &mi) != 0 &&
             (rc = find_shared(c, q, a->ids[i], a->one.token)) != 0)
             return rc;
