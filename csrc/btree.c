@@ -1285,9 +1285,12 @@ static int remove_child(bt_ctx *c, bt_path *path, int lvl)
 }
 
 /* Merges the leaf at path with a sibling when both fit in one page. */
-static int maybe_merge(bt_ctx *c, bt_path *path)
+/* Merges the under-full leaf at path with a sibling when the two fit in
+ * one page; *merged 0 when they did not (nothing changed). */
+static int maybe_merge(bt_ctx *c, bt_path *path, int *merged)
 {
     int lvl = path->depth - 2;
+    *merged = 0;
     uint8_t *par;
     int rc = pg_get(c->p, 1, path->pg[lvl], &par);
     if (rc)
@@ -1305,6 +1308,7 @@ static int maybe_merge(bt_ctx *c, bt_path *path)
         return QS_CORRUPT;
     if (node_used(pa) + node_used(pb) > CAPACITY)
         return 0;
+    *merged = 1;
     if ((rc = pg_write(c->p, a, &pa)) != 0 || (rc = pg_get(c->p, 1, b, &pb)) != 0)
         return rc;
     uint32_t na = ncells(pa);
@@ -1378,7 +1382,14 @@ static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
     if (ovfl && ((rc = ovfl_free(c, ovfl, obytes)) != 0 ||
                  (rc = pg_write(c->p, path->pg[leaf], &pg)) != 0))
         return rc;
-    if (ncells(pg) > (uint32_t)path->idx[leaf] && (leaf == 0 || node_used(pg) >= CAPACITY / 4)) {
+    int under = leaf > 0 && node_used(pg) < CAPACITY / 4, merged = 0;
+    /* A leaf drained from its front stays under a quarter full for its
+     * last records, and its full sibling cannot take it: nothing merges,
+     * and the path stays valid (a re-seek per record was a quarter of a
+     * drain's instructions). */
+    if (under && ncells(pg) > at && (rc = maybe_merge(c, path, &merged)) != 0)
+        return rc;
+    if (ncells(pg) > at && !merged) {
         /* The next record moved into the removed one's slot of this leaf. */
         if (path->epoch == c->p->epoch) {
             path->ptr[leaf] = pg;
@@ -1387,6 +1398,8 @@ static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
         *kept = 1;
         return 0;
     }
+    if (merged)
+        return collapse_root(c);
     if (ncells(pg) == 0) {
         /* An emptied root leaf stays: a queue that drains to empty and
          * refills would otherwise free and allocate it (two more pages in
@@ -1396,8 +1409,8 @@ static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
         if ((rc = pg_free(c->p, path->pg[leaf])) != 0)
             return rc;
         rc = remove_child(c, path, leaf - 1);
-    } else if (leaf > 0 && node_used(pg) < CAPACITY / 4)
-        rc = maybe_merge(c, path);
+    } else if (under)
+        rc = maybe_merge(c, path, &merged);
     return rc ? rc : collapse_root(c);
 }
 
