@@ -890,6 +890,25 @@ class Queue(Generic[T]):
             raise
         return objs
 
+    def _wait_for_item(self, timeout: Optional[float]) -> bool:
+        """Wait until an item is available (at most timeout seconds, None:
+        no limit); True when one is.  Nothing is taken and no delivery
+        counted: the first item is reserved uncounted, which rewrites
+        nothing (a counted reserve of a 50 KB batch record rewrote it whole,
+        in a synced commit of its own), and released at once."""
+        out = _new("qs_items **")
+        k = self._key
+        t = _timeout_arg(True, timeout)
+        rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, 1, t, out)
+        while rc == _INTR:  # as in _get: the handler ran and did not raise
+            rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, 1, _wait_left(), out)
+        if rc == _NOTFOUND:
+            return False
+        if rc:
+            self._raise(rc, "wait")
+        self._release(_split(out[0])[0], out[0].token)
+        return True
+
     def _release(self, ids: list[int], token: int, bad: int = 0, reason: bytes = b"") -> None:
         # On the way out of a failed take; a release that fails too (the
         # casket was closed meanwhile) is not reported over the first

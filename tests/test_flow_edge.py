@@ -339,6 +339,21 @@ def test_wait_blocks_until_a_batch_is_put(sender):
     assert box.next() == (1, [b"x"])  # wait() left it in place
 
 
+def test_wait_on_a_waiting_batch_writes_nothing_and_counts_no_delivery(sender):
+    """The sender waits for a batch after every transfer: the wait must not
+    rewrite the (large) batch record nor commit a sync per batch."""
+    box = Outbox(sender, EDGE, SENDER, claim(sender))
+    put_batch(box, sender, [b"y" * 100] * 500)
+    syncs, commits = sender.stats()["syncs"], sender.stats()["commits"]
+    for _ in range(20):
+        assert box.wait(timeout=0) is True
+    assert (sender.stats()["syncs"], sender.stats()["commits"]) == (syncs, commits)
+    batch = sender.queue(outbox_queue(EDGE, SENDER)).reserve(timeout=0)
+    assert batch.deliveries == 1    # this reserve's: the waits counted none
+    batch.release()
+    assert box.next() == (1, [b"y" * 100] * 500)
+
+
 def test_outbox_and_marks_survive_a_reopen(tmp_path):
     spath, rpath = str(tmp_path / "s.qs"), str(tmp_path / "r.qs")
     with pyqstore.open(spath) as s:

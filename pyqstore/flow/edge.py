@@ -176,16 +176,6 @@ def outbox_queue(edge: str, sender: str) -> str:
     return "flow/outbox/" + _key(b"", edge, sender).decode("utf-8")
 
 
-def _wait_for_item(queue: Queue[bytes], timeout: Optional[float]) -> bool:
-    # reserve waits on the queue's futex word; the item stays where it is
-    try:
-        item = queue.reserve(timeout=timeout)
-    except Empty:
-        return False
-    item.release()
-    return True
-
-
 class Outbox:
     """The unsent batches of one edge from one sending instance, in the
     sender's own casket, at most ``max_batches`` of them: the bounded queue
@@ -311,7 +301,9 @@ class Outbox:
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait (blocking) until there is an unsent batch or timeout seconds
         passed (None: no limit); True when there is one."""
-        return _wait_for_item(self._batches, timeout)
+        # asleep on the queue's futex word; the batch stays where it is,
+        # uncounted and unwritten
+        return self._batches._wait_for_item(timeout)
 
     def sent(self, seq: int) -> int:
         """The receiver holds every batch up to seq (it answered ACCEPTED or
