@@ -1284,7 +1284,6 @@ static int remove_child(bt_ctx *c, bt_path *path, int lvl)
     return ovfl ? ovfl_free(c, ovfl, obytes) : 0;
 }
 
-/* Merges the leaf at path with a sibling when both fit in one page. */
 /* Merges the under-full leaf at path with a sibling when the two fit in
  * one page; *merged 0 when they did not (nothing changed). */
 static int maybe_merge(bt_ctx *c, bt_path *path, int *merged)

@@ -906,7 +906,12 @@ class Queue(Generic[T]):
             return False
         if rc:
             self._raise(rc, "wait")
-        self._release(_split(out[0])[0], out[0].token)
+        items = out[0]
+        try:
+            token, first = items.token, items.ids[0]   # its payload is not wanted
+        finally:
+            _qs_items_free(items)
+        self._release([first], token)
         return True
 
     def _release(self, ids: list[int], token: int, bad: int = 0, reason: bytes = b"") -> None:
