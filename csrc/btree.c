@@ -1111,6 +1111,8 @@ int bt_replace(bt_ctx *c, bt_path *path, const void *val, size_t vlen, int *done
     if (cv.ovfl || size > MAX_LOCAL)
         return 0;
     uint32_t off = cell_off(pg, i);
+    if (off < rd16(pg + H_CSTART))
+        return QS_CORRUPT;  /* a cell in the gap: the cells below it would not move */
     if (size > cv.size) {
         uint32_t gap = rd16(pg + H_CSTART) - (H_SIZE + 2 * n), grow = (uint32_t)size - cv.size;
         if (gap < grow) {
