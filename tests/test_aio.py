@@ -57,20 +57,33 @@ def test_get_async_returns_what_is_there(casket):
 def test_same_process_put_wakes_without_the_watcher(casket):
     q = casket.queue("a")
 
-    async def main():
+    async def one_try(payload):
         task = asyncio.create_task(q.get_async())
         await until(lambda: armed() == 1, "the waiter to arm")
+        await asyncio.sleep(0.01)   # arming kicked the watcher: let it sleep
         before = _aio.stats()
-        q.put(b"hello")             # fires the waiter inside this commit
+        q.put(payload)              # fires the waiter inside this commit
         mid = _aio.stats()
         got = await asyncio.wait_for(task, 10)
         return before, mid, got
 
-    before, mid, got = run(main())
-    assert got == b"hello"
-    assert mid["fired_local"] == before["fired_local"] + 1
-    assert mid["fired_watcher"] == before["fired_watcher"]
-    assert mid["armed"] == 0
+    # Which side counts the fire is a race only when the watcher is awake
+    # at the put (a loaded machine may not have run it since arming kicked
+    # it): it finds the word moved and fires first, which is as good.  A
+    # commit that did not tell its own process's waiters would never count
+    # a local fire, so some try of a few must.
+    local = False
+    for i in range(20):
+        payload = b"hello %d" % i
+        before, mid, got = run(one_try(payload))
+        assert got == payload
+        assert mid["armed"] == 0        # told by the time the put returned
+        assert (mid["fired_local"] + mid["fired_watcher"]
+                == before["fired_local"] + before["fired_watcher"] + 1)
+        if mid["fired_local"] == before["fired_local"] + 1:
+            local = True
+            break
+    assert local
 
 
 def test_put_in_a_thread_wakes_the_loop(casket):
