@@ -76,6 +76,9 @@ int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg);
  * it.  cs_read_enter returns 0 or the error of applying buffered putdups
  * (then the mutex is not held). */
 int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns);
+/* cs_read_enter that never waits for another thread or a checkpoint:
+ * QS_WOULDBLOCK (the mutex not held) where cs_read_enter would. */
+int cs_read_try_enter(qs_casket *c, bt_ctx *bt, int ns);
 void cs_read_leave(qs_casket *c, bt_ctx *bt);
 
 /* Whether the calling thread holds the write lock / has an explicit

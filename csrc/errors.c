@@ -48,6 +48,9 @@ static const char *const err_text[] = {
     [ERR_INDEX(QS_STREAM_NOTPENDING)] =
         "the group has no pending entry for that id (never read by the group, or acknowledged)",
     [ERR_INDEX(QS_STREAM_TRIMMED)] = "the id was removed from the stream by retention",
+    [ERR_INDEX(QS_WOULDBLOCK)] =
+        "the read would have waited (for another thread's call on the handle, a checkpoint, "
+        "or a page to be read from the file)",
 };
 
 _Static_assert(sizeof err_text / sizeof err_text[0] == ERR_INDEX(QS_LAST_ERRCODE) + 1,

@@ -397,6 +397,8 @@ static int get_committed(pager *p, uint32_t pgno, pg_buf **out)
     }
     if (pgno == 0 || pgno >= p->meta.npages)
         return QS_CORRUPT;
+    if (p->cached_only)
+        return QS_WOULDBLOCK;
     pg_buf *b = buf_new(p);
     if (!b)
         return QS_NOMEM;
@@ -423,6 +425,8 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
         return 0;
     }
     if (hm_get(&p->spill, pgno, &v)) {
+        if (p->cached_only)
+            return QS_WOULDBLOCK;
         pg_buf *b = buf_new(p);
         if (!b)
             return QS_NOMEM;

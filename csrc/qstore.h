@@ -169,7 +169,11 @@ enum {
                                group, or acknowledged already) */
     QS_STREAM_TRIMMED = -32026, /* qs_stream_read/group: the start id is one
                                retention removed from the stream */
-    QS_LAST_ERRCODE = -32026
+    QS_WOULDBLOCK = -32027, /* qs_get_nowait: the call would have waited for
+                               another thread's call on the handle, for a
+                               checkpoint, or for a page to be read from the
+                               file */
+    QS_LAST_ERRCODE = -32027
 };
 
 enum {
@@ -451,6 +455,24 @@ int qs_get(qs_casket *c, const void *key, size_t klen,
  *         (STORAGE in the middle of a long one), else untouched. */
 int qs_get_into(qs_casket *c, const void *key, size_t klen,
                 void *buf, size_t cap, size_t *vlen);
+
+/* qs_get_into that never waits: where qs_get_into would wait -- for
+ * another thread's call running on this handle, for a checkpoint some
+ * handle is writing into the main file, or for a page of the value's path
+ * to be read from a file into the handle's cache -- it returns
+ * QS_WOULDBLOCK instead.  (Only catching up with another handle's newer
+ * commit, which reads that commit's index from the log, is done as
+ * qs_get_into does it.)  For a caller that holds a lock other threads
+ * need while it waits: the Python binding calls it holding the
+ * interpreter's lock (so a get costs no lock hand-over between threads)
+ * and falls back to qs_get_into, called without that lock, on
+ * QS_WOULDBLOCK.  Pages it found missing stay missing: the fallback reads
+ * them, and the next qs_get_nowait on that path finds them cached.
+ * @return as qs_get_into, or QS_WOULDBLOCK
+ * @fail   as qs_get_into; on QS_WOULDBLOCK *vlen 0, and buf may hold part
+ *         of a long value (its first pages were cached, a later one not). */
+int qs_get_nowait(qs_casket *c, const void *key, size_t klen,
+                  void *buf, size_t cap, size_t *vlen);
 
 /* All values of key in insertion order, packed into one new buffer *out
  * (qs_free it): for each value a 4-byte little-endian length then the

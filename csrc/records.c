@@ -336,7 +336,7 @@ static int do_get(qs_casket *c, const void *key, size_t klen, void **val, size_t
 }
 
 static int do_get_into(qs_casket *c, const void *key, size_t klen, void *buf, size_t cap,
-                       size_t *vlen)
+                       size_t *vlen, int wait)
 {
     if (!vlen)
         return QS_INVAL;
@@ -349,7 +349,10 @@ static int do_get_into(qs_casket *c, const void *key, size_t klen, void *buf, si
     bt_ctx bt;
     bt_path path;
     size_t n = 0;
-    READ_ENTER(c, &bt);
+    if (wait)
+        READ_ENTER(c, &bt);
+    else if ((rc = cs_read_try_enter(c, &bt, NS_USER)) != 0)
+        return rc;
     rc = find_first(&bt, key, klen, &path);
     if (rc == 0)
         rc = bt_read_into(&bt, &path, buf, cap, &n);
@@ -476,7 +479,14 @@ int qs_get_into(qs_casket *c, const void *key, size_t klen, void *buf, size_t ca
                 size_t *vlen)
 {
     int rc = cs_enter_call(c);
-    return rc ? rc : cs_return(c, do_get_into(c, key, klen, buf, cap, vlen));
+    return rc ? rc : cs_return(c, do_get_into(c, key, klen, buf, cap, vlen, 1));
+}
+
+int qs_get_nowait(qs_casket *c, const void *key, size_t klen, void *buf, size_t cap,
+                  size_t *vlen)
+{
+    int rc = cs_enter_call(c);
+    return rc ? rc : cs_return(c, do_get_into(c, key, klen, buf, cap, vlen, 0));
 }
 
 int qs_getdup(qs_casket *c, const void *key, size_t klen, void **outp, size_t *outlen,

@@ -592,20 +592,37 @@ uint64_t sh_take_txn(sh_region *r, uint64_t floor)
 
 /* ---- the checkpoint guard ----------------------------------------------------- */
 
-void sh_op_enter(sh_region *r)
+/* One try at entering: 1 when in, else 0 with *ck the checkpointer
+ * that kept us out (the checkpointer told that we left again). */
+static int op_try(sh_region *r, uint64_t me, uint64_t *ck)
 {
     struct sh_header *h = r->hdr;
     sh_slot *s = &r->slots[r->slot];
+    atomic_store(&s->in_op, 1);
+    *ck = atomic_load(&h->ckpt);
+    if (*ck == 0 || *ck == me)
+        return 1;
+    atomic_store(&s->in_op, 0);
+    sh_futex_wake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
+    return 0;
+}
+
+int sh_op_try_enter(sh_region *r)
+{
+    uint64_t ck;
+    return op_try(r, holder_name(r), &ck) ? 0 : QS_WOULDBLOCK;
+}
+
+void sh_op_enter(sh_region *r)
+{
+    struct sh_header *h = r->hdr;
     uint64_t me = holder_name(r);
     uint64_t since = 0;
     for (;;) {
         uint32_t seq = atomic_load(&h->ckpt_seq);
-        atomic_store(&s->in_op, 1);
-        uint64_t ck = atomic_load(&h->ckpt);
-        if (ck == 0 || ck == me)
+        uint64_t ck;
+        if (op_try(r, me, &ck))
             return;
-        atomic_store(&s->in_op, 0);
-        sh_futex_wake(&s->in_op, 1);    /* the checkpointer may be waiting for us */
         uint64_t now = sh_now_ns();
         if (!since)
             since = now;

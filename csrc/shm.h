@@ -172,6 +172,9 @@ uint64_t sh_take_txn(sh_region *r, uint64_t floor);
  * checkpointer (holding the write lock) waits until no other handle is in
  * an operation and keeps new ones out until sh_ckpt_end. */
 void sh_op_enter(sh_region *r);
+/* sh_op_enter without waiting: 0 (inside an operation), or QS_WOULDBLOCK
+ * while another handle's checkpoint runs (not inside). */
+int sh_op_try_enter(sh_region *r);
 void sh_op_leave(sh_region *r);
 /* 0: no other handle is inside an operation now, nor will be until
  * sh_ckpt_end.  QS_LOCKED: some handle stayed inside one for longer than

@@ -7,6 +7,9 @@
 #include <sys/mman.h>
 
 #include "test_records.h"
+#include "casket.h"
+#include "shm.h"
+#include <pthread.h>
 
 /* ------------------------------------------------------------------ */
 
@@ -479,9 +482,12 @@ static void persistence_sync_off(void)
     tc_tmp_remove(&t);
 }
 
-/* qs_get_into: the value when it fits, its length alone when it does
- * not (buf untouched), and the errors its header names. */
-static void get_into_a_buffer(void)
+/* qs_get_into, and qs_get_nowait with nobody in its way: the value when
+ * it fits, its length alone when it does not (buf untouched), and the
+ * errors the header names. */
+typedef int (*get_into_fn)(qs_casket *, const void *, size_t, void *, size_t, size_t *);
+
+static void get_into_with(get_into_fn get_into)
 {
     tc_tmp t;
     REQUIRE(tc_tmp_make(&t) == 0);
@@ -493,26 +499,26 @@ static void get_into_a_buffer(void)
     char buf[8];
     size_t n = 99;
     memset(buf, '#', sizeof buf);
-    CHECK_RC(qs_get_into(c, "k", 1, buf, sizeof buf, &n), 0);
+    CHECK_RC(get_into(c, "k", 1, buf, sizeof buf, &n), 0);
     CHECK(n == 5 && memcmp(buf, "value###", 8) == 0);
     memset(buf, '#', sizeof buf);
-    CHECK_RC(qs_get_into(c, "k", 1, buf, 5, &n), 0);           /* exactly fits */
+    CHECK_RC(get_into(c, "k", 1, buf, 5, &n), 0);           /* exactly fits */
     CHECK(n == 5 && memcmp(buf, "value###", 8) == 0);
     memset(buf, '#', sizeof buf);
-    CHECK_RC(qs_get_into(c, "k", 1, buf, 4, &n), 0);           /* too long: length only */
+    CHECK_RC(get_into(c, "k", 1, buf, 4, &n), 0);           /* too long: length only */
     CHECK(n == 5 && memcmp(buf, "########", 8) == 0);
-    CHECK_RC(qs_get_into(c, "k", 1, NULL, 0, &n), 0);          /* a length probe */
+    CHECK_RC(get_into(c, "k", 1, NULL, 0, &n), 0);          /* a length probe */
     CHECK(n == 5);
-    CHECK_RC(qs_get_into(c, "e", 1, buf, sizeof buf, &n), 0);
+    CHECK_RC(get_into(c, "e", 1, buf, sizeof buf, &n), 0);
     CHECK(n == 0 && buf[0] == '#');
     n = 7;
-    CHECK_RC(qs_get_into(c, "x", 1, buf, sizeof buf, &n), QS_NOTFOUND);
+    CHECK_RC(get_into(c, "x", 1, buf, sizeof buf, &n), QS_NOTFOUND);
     CHECK(n == 0 && buf[0] == '#');
-    CHECK_RC(qs_get_into(c, "k", 1, buf, sizeof buf, NULL), QS_INVAL);
+    CHECK_RC(get_into(c, "k", 1, buf, sizeof buf, NULL), QS_INVAL);
     n = 7;
-    CHECK_RC(qs_get_into(c, "k", 1, NULL, 4, &n), QS_INVAL);
+    CHECK_RC(get_into(c, "k", 1, NULL, 4, &n), QS_INVAL);
     CHECK(n == 0);
-    CHECK_RC(qs_get_into(c, NULL, 3, buf, sizeof buf, &n), QS_INVAL);
+    CHECK_RC(get_into(c, NULL, 3, buf, sizeof buf, &n), QS_INVAL);
     /* a value on overflow pages: read from them into the buffer, or
      * nothing read at all when it does not fit */
     enum { LONG = 3 * 4096 + 17 };
@@ -522,10 +528,10 @@ static void get_into_a_buffer(void)
         lv[i] = (char)(i * 31 + 7);
     CHECK_RC(qs_put(c, "long", 4, lv, LONG), 0);
     memset(lb, '#', LONG + 1);
-    CHECK_RC(qs_get_into(c, "long", 4, lb, LONG + 1, &n), 0);
+    CHECK_RC(get_into(c, "long", 4, lb, LONG + 1, &n), 0);
     CHECK(n == LONG && memcmp(lb, lv, LONG) == 0 && lb[LONG] == '#');
     memset(lb, '#', LONG + 1);
-    CHECK_RC(qs_get_into(c, "long", 4, lb, LONG - 1, &n), 0);
+    CHECK_RC(get_into(c, "long", 4, lb, LONG - 1, &n), 0);
     CHECK(n == LONG && lb[0] == '#' && lb[LONG - 2] == '#');
     free(lv);
     free(lb);
@@ -533,10 +539,92 @@ static void get_into_a_buffer(void)
     tc_tmp_remove(&t);
 }
 
+static void get_into_a_buffer(void)
+{
+    get_into_with(qs_get_into);
+    get_into_with(qs_get_nowait);
+}
+
+typedef struct {
+    qs_casket *c;
+    pthread_barrier_t held, done;
+} view_holder;
+
+static void *hold_view(void *arg)
+{
+    view_holder *h = arg;
+    int rc = cs_view_lock(h->c);
+    pthread_barrier_wait(&h->held);
+    pthread_barrier_wait(&h->done);
+    if (rc == 0)
+        cs_view_unlock(h->c);
+    return NULL;
+}
+
+/* qs_get_nowait where qs_get_into would wait: a page not yet read from
+ * the file, another thread inside a call on the handle, another handle's
+ * checkpoint under way.  QS_WOULDBLOCK at once, nothing read, and the same
+ * get succeeds once the way is clear. */
+static void get_nowait_never_waits(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_casket *other = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_put(c, "k", 1, "value", 5), 0);
+    char buf[8];
+    size_t n = 9;
+    /* a page the handle has not read yet is a wait for the file: the
+     * waiting call reads it, and then it is cached */
+    CHECK_RC(qs_get_nowait(other, "k", 1, buf, sizeof buf, &n), QS_WOULDBLOCK);
+    CHECK(n == 0);
+    CHECK_RC(qs_get_into(other, "k", 1, buf, sizeof buf, &n), 0);
+    CHECK_RC(qs_get_nowait(other, "k", 1, buf, sizeof buf, &n), 0);
+    CHECK(n == 5);
+    CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), 0);  /* the writer's, cached */
+
+    view_holder h = {.c = c};
+    pthread_t th;
+    pthread_barrier_init(&h.held, NULL, 2);
+    pthread_barrier_init(&h.done, NULL, 2);
+    REQUIRE(pthread_create(&th, NULL, hold_view, &h) == 0);
+    pthread_barrier_wait(&h.held);
+    memset(buf, '#', sizeof buf);
+    double t0 = tc_now();
+    CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    CHECK(n == 0 && buf[0] == '#');
+    CHECK_RC(qs_get_nowait(other, "k", 1, buf, sizeof buf, &n), 0);  /* not in its way */
+    CHECK(n == 5 && memcmp(buf, "value", 5) == 0);
+    pthread_barrier_wait(&h.done);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&h.held);
+    pthread_barrier_destroy(&h.done);
+    CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), 0);
+
+    /* the checkpoint guard: another handle's checkpoint keeps readers of
+     * the main file out until it ends */
+    REQUIRE_RC(sh_ckpt_begin(cs_region(other), 1.0), 0);
+    n = 9;
+    CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), QS_WOULDBLOCK);
+    CHECK(n == 0);
+    sh_ckpt_end(cs_region(other));
+    CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), 0);
+    CHECK(n == 5);
+    CHECK_RC(qs_close(other), 0);
+    CHECK_RC(qs_close(c), 0);
+    CHECK_RC(qs_get_nowait(NULL, "k", 1, buf, sizeof buf, &n), QS_INVAL);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(get_into_a_buffer);
+    RUN(get_nowait_never_waits);
     RUN(empty_casket);
     RUN(readonly_open);
     RUN(open_missing);

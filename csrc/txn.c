@@ -139,12 +139,22 @@ static int catch_up(qs_casket *c)
     return 0;
 }
 
-int cs_view_lock(qs_casket *c)
+/* cs_view_lock; without waiting (QS_WOULDBLOCK, nothing held) when wait
+ * is 0. */
+static int view_lock(qs_casket *c, int wait)
 {
-    pthread_mutex_lock(&c->mu);
+    if (wait)
+        pthread_mutex_lock(&c->mu);
+    else if (pthread_mutex_trylock(&c->mu) != 0)
+        return QS_WOULDBLOCK;
     if (!c->shared)
         return 0;
-    sh_op_enter(&c->sh);
+    if (wait)
+        sh_op_enter(&c->sh);
+    else if (sh_op_try_enter(&c->sh) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        return QS_WOULDBLOCK;
+    }
     /* A snapshot never moves; a checkpoint may only have taken its pages
      * away after revoking its pin (inside the guard we are now in). */
     int rc = c->frozen ? (sh_pin_revoked(&c->sh) ? QS_SNAPSHOT_OLD : 0) : catch_up(c);
@@ -154,6 +164,8 @@ int cs_view_lock(qs_casket *c)
     }
     return rc;
 }
+
+int cs_view_lock(qs_casket *c) { return view_lock(c, 1); }
 
 void cs_view_unlock(qs_casket *c)
 {
@@ -761,7 +773,7 @@ int cs_write(qs_casket *c, cs_write_fn fn, void *arg)
 }
 
 /* Read operations run in the caller's view under the operation mutex. */
-int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
+static int read_enter(qs_casket *c, bt_ctx *bt, int ns, int wait)
 {
     bt->p = &c->pg;
     bt->wview = cs_owns(c);
@@ -771,11 +783,20 @@ int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns)
         if (rc)
             return rc;
     }
-    return cs_view_lock(c);
+    int rc = view_lock(c, wait);
+    /* From here to cs_read_leave: a page not in memory is a read from
+     * the file, which is a wait too (the catching up above may read) */
+    c->pg.cached_only = !wait && rc == 0;
+    return rc;
 }
+
+int cs_read_enter(qs_casket *c, bt_ctx *bt, int ns) { return read_enter(c, bt, ns, 1); }
+
+int cs_read_try_enter(qs_casket *c, bt_ctx *bt, int ns) { return read_enter(c, bt, ns, 0); }
 
 void cs_read_leave(qs_casket *c, bt_ctx *bt)
 {
+    c->pg.cached_only = 0;
     pg_trim(&c->pg, bt->wview);
     cs_view_unlock(c);
 }

@@ -54,6 +54,7 @@ from .errors import (
     TooBigError,
     TransactionError,
     TrimmedError,
+    WouldBlockError,
     UnknownEdge,
 )
 
@@ -84,6 +85,7 @@ __all__ = [
     "NoGroupError",
     "NotPendingError",
     "TrimmedError",
+    "WouldBlockError",
     "DecodeError",
     "CorruptError",
     "LockedError",

@@ -38,6 +38,7 @@ __all__ = [
     "NoGroupError",
     "NotPendingError",
     "TrimmedError",
+    "WouldBlockError",
     "DecodeError",
     "Empty",
     "Full",
@@ -183,6 +184,14 @@ class TrimmedError(Error, LookupError):
     removed: reading on would skip the removed items without a word."""
 
 
+class WouldBlockError(StorageError, builtins.BlockingIOError):
+    """A call that may not wait would have waited (QS_WOULDBLOCK): for
+    another thread's call on the same handle, or for a checkpoint.  Only
+    the library's non-waiting calls return it, and pyqstore answers it
+    itself by making the waiting call instead, so it reaches a program
+    only through the C interface.  Also a BlockingIOError."""
+
+
 class DecodeError(Error, ValueError):
     """A queue's codec could not decode an item's payload.  The item was
     not consumed: it is still in the queue, at its place.  ``queue`` is
@@ -318,6 +327,7 @@ _CODE_TABLE: dict[str, tuple[type[Error], Optional[str]]] = {
     "QS_STREAM_NOGROUP": (NoGroupError, None),
     "QS_STREAM_NOTPENDING": (NotPendingError, None),
     "QS_STREAM_TRIMMED": (TrimmedError, None),
+    "QS_WOULDBLOCK": (WouldBlockError, None),
     "QS_NOATTACH": (PermissionDenied, "other processes have the casket open, and a "
                     "read-only open that may not write this region cannot follow their changes"),
     "QS_QFULL": (Full, None),

@@ -99,7 +99,8 @@ def test_which_errors_are_oserrors():
     io = {pyqstore.StorageError, pyqstore.CorruptError, pyqstore.LockedError,
           pyqstore.ReadOnlyError, pyqstore.ClosedError, pyqstore.FullError,
           pyqstore.FileNotFound, pyqstore.PermissionDenied, pyqstore.FileExists,
-          pyqstore.IOError, pyqstore.Interrupted, pyqstore.RemoteVolume}
+          pyqstore.IOError, pyqstore.Interrupted, pyqstore.RemoteVolume,
+          pyqstore.WouldBlockError}
     for name in pyqstore.__all__:
         obj = getattr(pyqstore, name)
         if isinstance(obj, type) and issubclass(obj, pyqstore.Error):
