@@ -9,12 +9,17 @@ every other Python: ask bdist_wheel for ``cp310-abi3`` (the floor set by
 requires-python) where cffi uses the limited API, i.e. on a regular CPython;
 not on PyPy (no stable ABI), a debug build or a free-threaded build (cffi
 turns the limited API off on both).
+
+The one extension declared directly is pyqstore._heldcalls (the calls that
+keep the GIL; see its source): written against the limited API, built where
+cffi's is, and left out elsewhere, where pyqstore makes those calls through
+cffi instead.
 """
 import platform
 import sys
 import sysconfig
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 
 def _limited_api() -> bool:
@@ -31,10 +36,15 @@ def _limited_api() -> bool:
 # user's program then found no pyqstore (and so no py.typed).  A file added
 # to the package needs `pip install -e .` again to appear.
 _OPTIONS: dict[str, dict[str, str]] = {"editable_wheel": {"mode": "strict"}}
+_EXTENSIONS: list[Extension] = []
 if _limited_api():
     _OPTIONS["bdist_wheel"] = {"py_limited_api": "cp310"}
+    _EXTENSIONS.append(Extension(
+        "pyqstore._heldcalls", ["pyqstore/_heldcalls.c"], py_limited_api=True,
+        extra_compile_args=["-O2", "-std=c11"]))
 
 setup(
     cffi_modules=["pyqstore/_build.py:ffibuilder"],
+    ext_modules=_EXTENSIONS,
     options=_OPTIONS,
 )

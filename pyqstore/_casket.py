@@ -42,6 +42,16 @@ _qs_putkeep = lib.qs_putkeep
 _qs_putdup = lib.qs_putdup
 _qs_get = lib.qs_get
 _qs_get_into = lib.qs_get_into
+try:
+    # The get that keeps the GIL (see pyqstore/_heldcalls.c): built on
+    # CPython's limited API, absent elsewhere (PyPy, free-threaded and
+    # debug builds), where every get goes through cffi.
+    from . import _heldcalls
+except ImportError:  # pragma: no cover - depends on the interpreter
+    _held_get: Optional[Callable[[int, bytes], Union[bytes, int]]] = None
+else:
+    _heldcalls.install(int(ffi.cast("uintptr_t", ffi.addressof(lib, "qs_get_nowait"))))
+    _held_get = _heldcalls.get
 _unpack = ffi.unpack
 
 _MISSING: Any = object()
@@ -236,6 +246,7 @@ class Casket(MutableMapping[bytes, bytes]):
         # bookkeeping of their own.  Set first so __del__/close work even if
         # opening fails.
         self._c: Any = None
+        self._addr = 0      # self._c's address, for _held_get
         self._closing = 1
         self._close_lock = threading.Lock()
 
@@ -277,6 +288,7 @@ class Casket(MutableMapping[bytes, bytes]):
             detail = ffi.string(lib.qs_open_detail()).decode("utf-8", "replace") or None
             raise error_for(rc, "open", fspath, detail)
         self._c = out[0]
+        self._addr = int(ffi.cast("uintptr_t", self._c))
         self._closing = 0
         self.flag = flag
 
@@ -343,6 +355,7 @@ class Casket(MutableMapping[bytes, bytes]):
         c = getattr(self, "_c", None)
         if c is not None:
             self._c = None
+            self._addr = 0
             try:
                 lib.qs_close(c)
             except Exception:  # interpreter teardown may have cleared lib
@@ -497,8 +510,17 @@ class Casket(MutableMapping[bytes, bytes]):
         """The first value of ``key``, or ``default`` when it has none."""
         # The hot path of seed 001's reads: bytes keys skip _arg's call and
         # the C calls are module globals (a lib attribute lookup each call
-        # cost more than the type test).
+        # cost more than the type test).  First the get that keeps the GIL;
+        # where it would have waited (QS_WOULDBLOCK), for a value longer
+        # than its buffer and for any error, the cffi call below, which
+        # waits, reads any length and raises.
         if type(key) is bytes:
+            if _held_get is not None:
+                v = _held_get(self._addr, key)
+                if type(v) is bytes:
+                    return v
+                if v == _NOTFOUND:
+                    return default
             k, kl = key, len(key)
         else:
             k, kl = _arg(key, "key")
@@ -968,6 +990,7 @@ class Snapshot(Casket):
         self.path = parent.path
         self.flag = "r"
         self._c = handle
+        self._addr = int(ffi.cast("uintptr_t", handle))
         self._closing = 0
 
     def __enter__(self) -> "Snapshot":
