@@ -816,6 +816,7 @@ class Redis(Backend):
 DEADLOCK_RERUNS = 1000
 T = TypeVar("T")
 
+
 class _BdbStore(Store):
     """DB_BTREE with DB_DUP (duplicates in insertion order) in a
     transactional environment; with sync off, DB_TXN_NOSYNC.  As Berkeley
