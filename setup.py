@@ -39,9 +39,14 @@ _OPTIONS: dict[str, dict[str, str]] = {"editable_wheel": {"mode": "strict"}}
 _EXTENSIONS: list[Extension] = []
 if _limited_api():
     _OPTIONS["bdist_wheel"] = {"py_limited_api": "cp310"}
+    # libc is linked by name although the module calls nothing of it: a
+    # linker that drops unused libraries (--as-needed) left it with no
+    # DT_NEEDED at all, and auditwheel then cannot tell which libc the
+    # wheel was built for (InvalidLibcError).
     _EXTENSIONS.append(Extension(
         "pyqstore._heldcalls", ["pyqstore/_heldcalls.c"], py_limited_api=True,
-        extra_compile_args=["-O2", "-std=c11"]))
+        extra_compile_args=["-O2", "-std=c11"],
+        extra_link_args=["-Wl,--no-as-needed", "-lc"]))
 
 setup(
     cffi_modules=["pyqstore/_build.py:ffibuilder"],
