@@ -1090,23 +1090,34 @@ static int insert_impl(bt_ctx *c, bt_path *path, const bt_key *k, const void *va
                             sep, sepsize);
 }
 
+/* The leaf cell path ends at, read where the caller will change it: in
+ * the writer's own image of the leaf (path_write), which a taker or an ack
+ * walking a queue has at hand.  Sets *pg, *at and *cv; QS_NOTFOUND when
+ * the path ends past the leaf's cells. */
+static inline int writable_cell(bt_ctx *c, bt_path *path, uint8_t **pg, uint32_t *at,
+                                cellv *cv)
+{
+    int leaf = path->depth - 1, rc;
+    if (path->depth == 0)
+        return QS_NOTFOUND;
+    if ((rc = path_write(c, path, leaf, pg)) != 0)
+        return rc;
+    *at = (uint32_t)path->idx[leaf];
+    if (path->idx[leaf] < 0 || *at >= ncells(*pg) || (*pg)[H_TYPE] != PT_LEAF)
+        return QS_NOTFOUND;
+    return parse_leaf(*pg, *at, cv);
+}
+
 int bt_replace(bt_ctx *c, bt_path *path, const void *val, size_t vlen, int *done)
 {
     *done = 0;
-    if (path->depth == 0)
-        return QS_NOTFOUND;
-    /* the cell is read where it will be written: the writer's own image
-     * of the leaf, which a taker walking the queue has at hand */
-    int leaf = path->depth - 1, rc;
     uint8_t *pg;
-    if ((rc = path_write(c, path, leaf, &pg)) != 0)
-        return rc;
-    uint32_t i = (uint32_t)path->idx[leaf], n = ncells(pg);
+    uint32_t i;
     cellv cv;
-    if (path->idx[leaf] < 0 || i >= n || pg[H_TYPE] != PT_LEAF)
-        return QS_NOTFOUND;
-    if ((rc = parse_leaf(pg, i, &cv)) != 0)
+    int rc = writable_cell(c, path, &pg, &i, &cv);
+    if (rc)
         return rc;
+    uint32_t n = ncells(pg);
     uint64_t size = L_DATA + (uint64_t)cv.klen + vlen;
     if (cv.ovfl || size > MAX_LOCAL)
         return 0;
@@ -1355,19 +1366,12 @@ static int collapse_root(bt_ctx *c)
 
 static int delete_impl(bt_ctx *c, bt_path *path, int *kept)
 {
-    int leaf = path->depth - 1, rc;
-    if (path->depth == 0)
-        return QS_NOTFOUND;
-    /* the cell is read in the writer's own image of the leaf, where it is
-     * removed: an ack walking the queue has it at hand (path_write) */
+    int leaf = path->depth - 1;
     uint8_t *pg;
-    if ((rc = path_write(c, path, leaf, &pg)) != 0)
-        return rc;
-    uint32_t at = (uint32_t)path->idx[leaf];
+    uint32_t at;
     cellv cv;
-    if (path->idx[leaf] < 0 || at >= ncells(pg) || pg[H_TYPE] != PT_LEAF)
-        return QS_NOTFOUND;
-    if ((rc = parse_leaf(pg, at, &cv)) != 0)
+    int rc = writable_cell(c, path, &pg, &at, &cv);
+    if (rc)
         return rc;
     uint32_t ovfl = cv.ovfl;
     uint64_t obytes = ovfl_bytes(&cv, 1);

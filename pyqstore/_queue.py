@@ -867,9 +867,7 @@ class Queue(Generic[T]):
         # in between ends the reservations: nothing is lost.
         out = _new("qs_items **")
         k = self._key
-        rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, timeout, out)
-        while rc == _INTR:  # as in _get: the handler ran and did not raise
-            rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, n, _wait_left(), out)
+        rc = self._reserve_uncounted(n, timeout, out)
         if rc:
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")
@@ -890,6 +888,15 @@ class Queue(Generic[T]):
             raise
         return objs
 
+    def _reserve_uncounted(self, n: int, timeout: float, out: Any) -> int:
+        """qs_queue_reserve_uncounted of up to n items into out, waiting
+        up to timeout seconds; its return code."""
+        rc: int = lib.qs_queue_reserve_uncounted(self._c, self._key, self._klen, n, timeout, out)
+        while rc == _INTR:  # as in _get: the handler ran and did not raise
+            rc = lib.qs_queue_reserve_uncounted(self._c, self._key, self._klen, n, _wait_left(),
+                                                out)
+        return rc
+
     def _wait_for_item(self, timeout: Optional[float]) -> bool:
         """Wait until an item is available (at most timeout seconds, None:
         no limit); True when one is.  Nothing is taken and no delivery
@@ -897,11 +904,7 @@ class Queue(Generic[T]):
         nothing (a counted reserve of a 50 KB batch record rewrote it whole,
         in a synced commit of its own), and released at once."""
         out = _new("qs_items **")
-        k = self._key
-        t = _timeout_arg(True, timeout)
-        rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, 1, t, out)
-        while rc == _INTR:  # as in _get: the handler ran and did not raise
-            rc = lib.qs_queue_reserve_uncounted(self._c, k, self._klen, 1, _wait_left(), out)
+        rc = self._reserve_uncounted(1, _timeout_arg(True, timeout), out)
         if rc == _NOTFOUND:
             return False
         if rc:
