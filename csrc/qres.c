@@ -30,14 +30,31 @@ void qr_wait_begin(void)
     (void)sh_intr_take();
 }
 
+/* qr_set_wait_slice's seconds, as the bits of a double (0: none). */
+static _Atomic uint64_t wait_slice_bits;
+
+void qr_set_wait_slice(double seconds)
+{
+    uint64_t bits;
+    memcpy(&bits, &seconds, sizeof bits);
+    atomic_store(&wait_slice_bits, seconds > 0 ? bits : 0);
+}
+
 int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout)
 {
     if (sh_intr_take())
         return EINTR;
+    double slice = 0;
+    uint64_t bits = atomic_load_explicit(&wait_slice_bits, memory_order_relaxed);
+    memcpy(&slice, &bits, sizeof slice);
+    int sliced = bits && (timeout < 0 || timeout > slice);
     size_t b = qhash % QR_BUCKETS;
     atomic_fetch_add(BWAITERS(r, b), 1);
-    int rc = sh_futex_wait(BUCKET(r, b), word, timeout);
+    int rc = sh_futex_wait(BUCKET(r, b), word, sliced ? slice : timeout);
     atomic_fetch_sub(BWAITERS(r, b), 1);
+    /* the slice passed (or a spurious wake-up) with nothing to look at */
+    if (rc == 0 && sliced && atomic_load(BUCKET(r, b)) == word)
+        return EINTR;
     return rc;
 }
 

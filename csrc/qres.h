@@ -61,6 +61,11 @@ typedef struct qr_qent {
 uint32_t qr_wait_word(const sh_region *r, uint64_t qhash);
 void qr_wait_begin(void);
 int qr_wait(sh_region *r, uint64_t qhash, uint32_t word, double timeout);
+/* The longest sleep of a qr_wait, in seconds (0: as long as its timeout):
+ * a longer wait returns EINTR after that long with the word unchanged,
+ * for the caller's caller to notice a signal that ended no sleep
+ * (qs_set_wait_slice). */
+void qr_set_wait_slice(double seconds);
 /* Returns whether anyone, in any process, sleeps on the word or waits on
  * it asynchronously; then the caller tells the asynchronous waiters of its
  * own process (qaio.c), and those of the others with qr_aio_kick.  With

@@ -861,10 +861,12 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * waited for the write lock (each look at the queue takes it): the lock's
  * wait goes on, and the call returns QS_INTR once it has the lock, looked
  * and found nothing, instead of sleeping.  A signal that arrives in the
- * instant between a look at the queue and the sleep is not seen until the
- * next wake-up, as with any wait that cannot block signals atomically
- * around its sleep.  The other waiting calls (reserve, put on a full
- * bounded queue, join, wait for room, a stream group's read) do the same.
+ * instant between a look at the queue and the sleep (or while the write
+ * lock's wait is between two sleeps) is not seen until the next wake-up,
+ * as with any wait that cannot block signals atomically around its sleep;
+ * qs_set_wait_slice bounds how late that is.  The other waiting calls
+ * (reserve, put on a full bounded queue, join, wait for room, a stream
+ * group's read) do the same.
  * @return 0, or QS_NOTFOUND, QS_CLOSED, QS_INTR (above), QS_INVAL (out
  *         NULL, a bad name, max 0, timeout NaN), QS_NOMEM, HANDLE, WRITE,
  *         STORAGE
@@ -877,6 +879,18 @@ int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
  * none; to pass to the call that goes on waiting.  Per thread, like errno.
  * Never fails. */
 double qs_queue_wait_left(void);
+
+/* Makes every wait for a queue or stream of this process (qs_queue_get,
+ * qs_queue_reserve, the other waiting calls named there) sleep at most
+ * seconds at a time and then return QS_INTR as if a signal's handler had
+ * run, with qs_queue_wait_left the time that is left; 0 (the default)
+ * sleeps as long as the timeout says.  For a caller that runs signal
+ * handlers between calls, as Python does: a signal that arrived while the
+ * thread was awake inside the call ended no sleep, and its handler would
+ * otherwise wait for the next wake-up, which an untimed wait on a quiet
+ * queue may never have.  The Python binding sets 0.25.  Process-wide;
+ * never fails (a negative or NaN value is taken as 0). */
+void qs_set_wait_slice(double seconds);
 
 /* Returns copies of up to max items from the front without removing them
  * (reserved ones skipped), in the caller's view.

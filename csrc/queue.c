@@ -1843,6 +1843,8 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
 
 double qs_queue_wait_left(void) { return wait_left; }
 
+void qs_set_wait_slice(double seconds) { qr_set_wait_slice(seconds > 0 ? seconds : 0.0); }
+
 /* Runs a take, waiting for items as the header describes: asleep on the
  * queue's wake-up word in the shared region, which any process's commit
  * of items (or release, abort, lease end) changes. */

@@ -1405,6 +1405,49 @@ static void *waiter_main(void *p)
     return NULL;
 }
 
+/* qs_set_wait_slice: a wait longer than the slice returns QS_INTR after
+ * about one slice with nothing taken and the time left in
+ * qs_queue_wait_left (-1 for no limit); a shorter one runs its course; an
+ * item put meanwhile is taken by the call made again; 0 turns it off. */
+static void wait_slice(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_items *it = NULL;
+    qs_set_wait_slice(0.05);
+    double t0 = tc_now();
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, -1, &it), QS_INTR);
+    double took = tc_now() - t0;
+    CHECK(took >= 0.04 && took < 2.0);
+    CHECK(it == NULL && qs_queue_wait_left() == -1);
+    t0 = tc_now();
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, 10, &it), QS_INTR);
+    took = tc_now() - t0;
+    CHECK(took < 2.0 && qs_queue_wait_left() > 8 && qs_queue_wait_left() <= 10 - 0.04);
+    CHECK_RC(qs_queue_reserve(c, "s", 1, -1, 60, &it), QS_INTR);
+    CHECK(it == NULL);
+    t0 = tc_now();
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, 0.02, &it), QS_NOTFOUND);   /* under the slice */
+    CHECK(tc_now() - t0 >= 0.015);
+    uint64_t id;
+    CHECK_RC(qput(c, "s", "item", &id), 0);
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, qs_queue_wait_left(), &it), 0);
+    CHECK(item_is(it, 0, "item", id));
+    qs_items_free(it);
+    it = NULL;
+    qs_set_wait_slice(0);
+    t0 = tc_now();
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, 0.2, &it), QS_NOTFOUND);    /* off: the whole wait */
+    CHECK(tc_now() - t0 >= 0.18);
+    qs_set_wait_slice(-1);          /* taken as 0 */
+    CHECK_RC(qs_queue_get(c, "s", 1, 1, 0.1, &it), QS_NOTFOUND);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 static void threads_wake(void)
 {
     tc_tmp t;
@@ -1759,6 +1802,7 @@ int main(void)
     RUN(queue_handle);
     RUN(large_batch);
     RUN(threads_wake);
+    RUN(wait_slice);
     RUN(processes_reservations);
     RUN(processes_wake);
     RUN(processes_fork);

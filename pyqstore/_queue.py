@@ -44,6 +44,14 @@ back is whatever the codec makes of the bytes."""
 _NOTFOUND = lib.QS_NOTFOUND
 _INTR = lib.QS_INTR
 _wait_left = lib.qs_queue_wait_left
+# Every wait below loops on QS_INTR, and Python runs a signal's handler as
+# the call returns.  A signal that came while the waiting thread was awake
+# inside the call (between the write lock's sleeps, or between a look at
+# the queue and the sleep) ended no sleep: without a slice its handler (a
+# Ctrl-C) waited for the next wake-up, which an untimed get on a quiet
+# queue may never have.  Now it waits a quarter of a second at most.
+WAIT_SLICE = 0.25
+lib.qs_set_wait_slice(WAIT_SLICE)
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id

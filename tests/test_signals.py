@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -253,3 +254,35 @@ def test_interrupted_code_maps_to_interrupted_error():
     e = pyqstore.errors.error_for(lib.QS_INTR, "get")
     assert isinstance(e, pyqstore.Interrupted) and isinstance(e, InterruptedError)
     assert "signal" in str(e)
+
+
+def test_an_untimed_get_comes_back_to_python_every_slice(casket, monkeypatch):
+    """The binding sets qs_set_wait_slice: a wait returns to Python (which
+    then runs any signal handler whose signal ended no sleep) every
+    WAIT_SLICE seconds and goes on for the time left, so a get() with no
+    timeout still takes the item a thread puts 0.8 s later, after several
+    calls into C; a get with a timeout still waits all of it."""
+    from pyqstore import _queue
+    calls = []
+    real = _queue._qs_get
+
+    def counting(*args):
+        calls.append(args[4])               # the timeout of each call
+        return real(*args)
+
+    monkeypatch.setattr(_queue, "_qs_get", counting)
+    q = casket.queue("q")
+    putter = threading.Timer(0.8, lambda: q.put(b"late"))
+    putter.start()
+    try:
+        assert q.get() == b"late"
+    finally:
+        putter.cancel()
+    assert len(calls) >= int(0.8 / _queue.WAIT_SLICE), calls
+    assert all(t == -1 for t in calls)      # no limit, every time
+    calls.clear()
+    t0 = time.monotonic()
+    with pytest.raises(pyqstore.Empty):
+        q.get(timeout=0.6)
+    assert time.monotonic() - t0 >= 0.59
+    assert len(calls) >= 2 and calls[0] == 0.6 and 0 < calls[-1] < 0.6, calls
