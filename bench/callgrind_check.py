@@ -24,6 +24,10 @@ reports *instructions per item* for each phase:
                        batch reserved by the last one and reserve the next
                        ``reserve_many(1000)``, over n items filled before
                        measuring; per item
+  casket_get           seed 001's read: ``get(id)`` of each of n ids put
+                       (one transaction) before measuring, a 36-byte value
+                       each, through the call that keeps the GIL
+                       (pyqstore._heldcalls) where it is built; per get
 
 n is 10**4 (``--n``), churn 10**3 pairs (``--churn``).  The inputs are
 deterministic: 36-byte uuid-formatted ids from ``random.Random(seed)`` (no
@@ -88,7 +92,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASELINE = os.path.join(HERE, "callgrind_baseline.json")
 PHASES = ["casket_putdup_loop", "casket_putdup_many", "queue_put_many",
-          "queue_put_txn", "queue_get_many", "queue_churn", "queue_reserve_ack"]
+          "queue_put_txn", "queue_get_many", "queue_churn", "queue_reserve_ack",
+          "casket_get"]
 FIGURES = ["ir_per_item", "core_ir_per_item"]
 SEED = 1000
 MARKER = "ffi_call"
@@ -195,6 +200,17 @@ def _child(phase, n, churn, d):
                     batch = q.reserve_many(1000) if len(q) else None
             if got != n:
                 raise AssertionError("reserved and acked %d of %d" % (got, n))
+    elif phase == "casket_get":
+        ids = _ids(n, SEED)
+        with c.transaction():
+            for u in ids:
+                c.put(u, u)
+
+        def run():
+            get = c.get
+            for u in ids:
+                if get(u) != u:
+                    raise AssertionError("get: wrong value")
     else:
         raise SystemExit("unknown phase %r" % phase)
 
