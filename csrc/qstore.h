@@ -459,7 +459,8 @@ int qs_get_into(qs_casket *c, const void *key, size_t klen,
 /* qs_get_into that never waits: where qs_get_into would wait -- for
  * another thread's call running on this handle, for a checkpoint some
  * handle is writing into the main file, or for a page of the value's path
- * to be read from a file into the handle's cache -- it returns
+ * to be read from a file into the handle's cache, or for the calling
+ * thread's transaction to apply the putdups it buffered -- it returns
  * QS_WOULDBLOCK instead.  (Only catching up with another handle's newer
  * commit, which reads that commit's index from the log, is done as
  * qs_get_into does it.)  For a caller that holds a lock other threads

@@ -614,6 +614,16 @@ static void get_nowait_never_waits(void)
     sh_ckpt_end(cs_region(other));
     CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), 0);
     CHECK(n == 5);
+
+    /* the transaction's own buffered putdups are applied before it reads:
+     * work the waiting call does */
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK_RC(qs_putdup(c, "d", 1, "dup", 3), 0);
+    CHECK_RC(qs_get_nowait(c, "d", 1, buf, sizeof buf, &n), QS_WOULDBLOCK);
+    CHECK_RC(qs_get_into(c, "d", 1, buf, sizeof buf, &n), 0);
+    CHECK_RC(qs_get_nowait(c, "d", 1, buf, sizeof buf, &n), 0);
+    CHECK(n == 3 && memcmp(buf, "dup", 3) == 0);
+    CHECK_RC(qs_commit(c), 0);
     CHECK_RC(qs_close(other), 0);
     CHECK_RC(qs_close(c), 0);
     CHECK_RC(qs_get_nowait(NULL, "k", 1, buf, sizeof buf, &n), QS_INVAL);

@@ -779,6 +779,11 @@ static int read_enter(qs_casket *c, bt_ctx *bt, int ns, int wait)
     bt->wview = cs_owns(c);
     bt->ns = ns;
     if (bt->wview && c->flush_due) {
+        /* applying the transaction's buffered putdups is work of unbounded
+         * length (it may spill pages to the log): not for a caller that
+         * may not wait */
+        if (!wait)
+            return QS_WOULDBLOCK;
         int rc = flush_layers(c);
         if (rc)
             return rc;

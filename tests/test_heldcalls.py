@@ -146,3 +146,15 @@ def test_get_matches_a_dict(tmp_path_factory, ops):
             for mk in set(model) | {k}:
                 assert c.get(mk) == model.get(mk)
                 assert c.get(bytearray(mk)) == model.get(mk)
+
+
+@needs_held
+def test_a_transactions_buffered_putdups_are_read_through_cffi(casket):
+    """Inside a transaction a putdup is buffered until something reads:
+    applying the buffer is work the held call leaves to the cffi call."""
+    with casket.transaction():
+        casket.putdup(b"d", b"first")
+        assert _casket._held_get(casket._addr, b"d") == lib.QS_WOULDBLOCK
+        assert casket.get(b"d") == b"first"         # applied, then read
+        assert _casket._held_get(casket._addr, b"d") == b"first"
+    assert casket.get(b"d") == b"first"
