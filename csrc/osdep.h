@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Makes the file's data (and the metadata needed to read it) durable.
@@ -46,6 +47,27 @@ static inline void os_write_behind(int fd, uint64_t off, uint64_t len)
     (void)fd;
     (void)off;
     (void)len;
+#endif
+}
+
+/* pread, or with nowait a pread that answers only from the kernel's page
+ * cache: -1 with errno EAGAIN where the data would have to come from the
+ * device (Linux's RWF_NOWAIT; EAGAIN also where the system or the file
+ * system cannot tell, so a caller that may not wait always learns it).
+ * Returns what pread returns. */
+static inline ssize_t os_pread(int fd, void *buf, size_t n, off_t off, int nowait)
+{
+    if (!nowait)
+        return pread(fd, buf, n, off);
+#if defined(__linux__) && defined(RWF_NOWAIT)
+    struct iovec v = {buf, n};
+    ssize_t r = preadv2(fd, &v, 1, off, RWF_NOWAIT);
+    if (r < 0 && (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL))
+        errno = EAGAIN;
+    return r;
+#else
+    errno = EAGAIN;
+    return -1;
 #endif
 }
 

@@ -108,15 +108,17 @@ static void drop_all(pager *p, hm_map *m)
     hm_clear(m);
 }
 
-static int pread_page(int fd, uint8_t *page, uint64_t off)
+/* Returns 0, QS_CORRUPT (past the end), QS_WOULDBLOCK (nowait: not all in
+ * the page cache) or errno. */
+static int pread_page(int fd, uint8_t *page, uint64_t off, int nowait)
 {
     size_t got = 0;
     while (got < PG_SIZE) {
-        ssize_t n = pread(fd, page + got, PG_SIZE - got, (off_t)(off + got));
+        ssize_t n = os_pread(fd, page + got, PG_SIZE - got, (off_t)(off + got), nowait);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno;
+            return nowait && errno == EAGAIN ? QS_WOULDBLOCK : errno;
         }
         if (n == 0)
             return QS_CORRUPT;
@@ -154,17 +156,19 @@ static int damaged(pager *p, uint32_t pgno, int rc)
 
 uint32_t pg_bad_page(pager *p) { return atomic_exchange_explicit(&p->bad_page, 0, memory_order_relaxed); }
 
-static int read_committed(pager *p, uint32_t pgno, uint8_t *page)
+/* With nowait (qs_get_nowait) the page comes from the kernel's page cache
+ * or not at all: QS_WOULDBLOCK. */
+static int read_committed(pager *p, uint32_t pgno, uint8_t *page, int nowait)
 {
     uint64_t off;
     if (hm_get(&p->logidx, pgno, &off))
-        return damaged(p, pgno, wal_read_frame(&p->log, off, pgno, page));
+        return damaged(p, pgno, wal_read_frame(&p->log, off, pgno, page, nowait));
     /* Another process may have grown the file (pages written directly). */
     if (pgno >= p->main_pages && main_size_pages(p, &p->main_pages) != 0)
         return errno;
     if (pgno >= p->main_pages)
         return damaged(p, pgno, QS_CORRUPT);
-    int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE);
+    int rc = pread_page(p->fd, page, (uint64_t)pgno * PG_SIZE, nowait);
     return damaged(p, pgno, rc ? rc : wal_page_verify(page, pgno));
 }
 
@@ -172,7 +176,7 @@ int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
 {
     if (pgno == 0 || pgno >= p->meta.npages)
         return QS_CORRUPT;
-    return read_committed(p, pgno, page);
+    return read_committed(p, pgno, page, 0);
 }
 
 static void build_header(uint8_t *page, const pg_meta *m)
@@ -241,7 +245,7 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
             goto fail;
         }
     } else {
-        rc = pread_page(fd, page, 0);
+        rc = pread_page(fd, page, 0, 0);
         if (rc == QS_CORRUPT)
             rc = QS_NOTCASKET;  /* shorter than one page: not ours */
         if (rc)
@@ -397,12 +401,10 @@ static int get_committed(pager *p, uint32_t pgno, pg_buf **out)
     }
     if (pgno == 0 || pgno >= p->meta.npages)
         return QS_CORRUPT;
-    if (p->cached_only)
-        return QS_WOULDBLOCK;
     pg_buf *b = buf_new(p);
     if (!b)
         return QS_NOMEM;
-    int rc = read_committed(p, pgno, b->data);
+    int rc = read_committed(p, pgno, b->data, p->cached_only);
     if (rc) {
         buf_drop(p, b);
         return rc;
@@ -432,11 +434,11 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
             return QS_NOMEM;
         int rc;
         if (v & DIRECT) {
-            rc = pread_page(p->fd, b->data, (uint64_t)pgno * PG_SIZE);
+            rc = pread_page(p->fd, b->data, (uint64_t)pgno * PG_SIZE, 0);
             if (rc == 0)
                 rc = wal_page_verify(b->data, pgno);
         } else
-            rc = wal_read_frame(&p->log, v, pgno, b->data);
+            rc = wal_read_frame(&p->log, v, pgno, b->data, 0);
         if ((rc = damaged(p, pgno, rc)) != 0) {
             buf_drop(p, b);
             return rc;
@@ -929,7 +931,7 @@ int pg_checkpoint_copy(pager *p)
         }
     qsort(list, n, sizeof *list, cmp_pgoff);
     for (size_t i = 0; i < n; i++) {
-        if ((rc = wal_read_frame(&p->log, list[i].off, (uint32_t)list[i].pgno, page)) != 0)
+        if ((rc = wal_read_frame(&p->log, list[i].off, (uint32_t)list[i].pgno, page, 0)) != 0)
             goto out;
         if ((rc = pwrite_page(p->fd, page, list[i].pgno * PG_SIZE)) != 0)
             goto out;
@@ -995,7 +997,7 @@ static int read_page0_meta(pager *p, pg_meta *m)
     uint8_t *page = malloc(PG_SIZE);
     if (!page)
         return QS_NOMEM;
-    int rc = pread_page(p->fd, page, 0);
+    int rc = pread_page(p->fd, page, 0, 0);
     if (rc == 0 && (wal_page_verify(page, 0) != 0 || memcmp(page, MAIN_MAGIC, 8) != 0))
         rc = QS_CORRUPT;
     if (rc == 0)

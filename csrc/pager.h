@@ -68,9 +68,9 @@ typedef struct pager {
                                    out before it may be stale; never 0 */
     int reload;                 /* the next pg_refresh rereads page 0 and the
                                    log whatever the salt */
-    int cached_only;            /* pg_get and pg_get_mine answer QS_WOULDBLOCK
-                                   rather than read a page from a file
-                                   (qs_get_nowait) */
+    int cached_only;            /* pg_get and pg_get_mine read a page only
+                                   from the kernel's page cache, else answer
+                                   QS_WOULDBLOCK (qs_get_nowait) */
     char damage[160];           /* why pg_open found the log damaged
                                    (QS_CORRUPT) or the version unreadable
                                    (QS_VERSION); kept after the failure */

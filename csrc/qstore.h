@@ -458,8 +458,10 @@ int qs_get_into(qs_casket *c, const void *key, size_t klen,
 
 /* qs_get_into that never waits: where qs_get_into would wait -- for
  * another thread's call running on this handle, for a checkpoint some
- * handle is writing into the main file, or for a page of the value's path
- * to be read from a file into the handle's cache, or for the calling
+ * handle is writing into the main file, for a page of the value's path
+ * that is neither in the handle's cache nor in the kernel's page cache
+ * (read with RWF_NOWAIT; a system without it refuses any page the handle
+ * has not cached), or for the calling
  * thread's transaction to apply the putdups it buffered -- it returns
  * QS_WOULDBLOCK instead.  (Only catching up with another handle's newer
  * commit, which reads that commit's index from the log, is done as
@@ -467,8 +469,8 @@ int qs_get_into(qs_casket *c, const void *key, size_t klen,
  * need while it waits: the Python binding calls it holding the
  * interpreter's lock (so a get costs no lock hand-over between threads)
  * and falls back to qs_get_into, called without that lock, on
- * QS_WOULDBLOCK.  Pages it found missing stay missing: the fallback reads
- * them, and the next qs_get_nowait on that path finds them cached.
+ * QS_WOULDBLOCK.  A page it had to leave stays missing: the fallback reads
+ * it, and the next qs_get_nowait on that path finds it cached.
  * @return as qs_get_into, or QS_WOULDBLOCK
  * @fail   as qs_get_into; on QS_WOULDBLOCK *vlen 0, and buf may hold part
  *         of a long value (its first pages were cached, a later one not). */

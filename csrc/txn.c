@@ -789,8 +789,9 @@ static int read_enter(qs_casket *c, bt_ctx *bt, int ns, int wait)
             return rc;
     }
     int rc = view_lock(c, wait);
-    /* From here to cs_read_leave: a page not in memory is a read from
-     * the file, which is a wait too (the catching up above may read) */
+    /* From here to cs_read_leave: a page neither in the handle's cache
+     * nor in the kernel's would be a wait for the device (the catching up
+     * above may still read) */
     c->pg.cached_only = !wait && rc == 0;
     return rc;
 }

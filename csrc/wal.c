@@ -517,16 +517,16 @@ int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
     return 0;
 }
 
-int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page)
+int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait)
 {
     uint8_t buf[FRAME_MAX];
     size_t got = 0;
     while (got < FRAME_MAX) {
-        ssize_t r = pread(w->fd, buf + got, FRAME_MAX - got, (off_t)(off + got));
+        ssize_t r = os_pread(w->fd, buf + got, FRAME_MAX - got, (off_t)(off + got), nowait);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            return errno;
+            return nowait && errno == EAGAIN ? QS_WOULDBLOCK : errno;
         }
         if (r == 0)
             break;      /* the last frame of the file may be short of FRAME_MAX */

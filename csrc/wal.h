@@ -109,8 +109,10 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
 int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
 
 /* Reads the frame at off into page (a whole page image) and checks its
- * checksum and pgno.  Returns 0, QS_CORRUPT, or errno. */
-int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page);
+ * checksum and pgno; with nowait only from the kernel's page cache.
+ * Returns 0, QS_CORRUPT, QS_WOULDBLOCK (nowait: the frame is not all in
+ * the page cache; page may hold part of it), or errno. */
+int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait);
 
 /* fdatasync of the log.  Returns 0 or errno. */
 int wal_sync(wal *w);
