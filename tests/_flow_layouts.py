@@ -11,10 +11,47 @@ from typing import Any, Optional
 
 import pyqstore
 from pyqstore.flow import Flow, Verdict, claim, names
+from pyqstore.flow.chunks import chunk_count, decode_chunk
 from pyqstore.flow.firing import Instance, configure_queues
 from pyqstore.flow.pernode import NodeInstance, configure_inputs
 
 LAYOUTS = ("shared", "per-node")
+
+
+class DeadItem:
+    """One item of a dead-letter port, reserved: its payload, and the
+    deliveries and reason of the entry that holds it (itself, or on the
+    per-node layout its chunk)."""
+
+    def __init__(self, payload: Any, entry: Any) -> None:
+        self.payload = payload
+        self.deliveries = entry.deliveries
+        self.reason = entry.reason
+
+
+class ChunkedPort:
+    """A per-node input port (a queue of chunks) seen as its items."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def __len__(self) -> int:
+        return sum(map(chunk_count, self.queue.peek_many(max(1, len(self.queue)))))
+
+    def pending(self) -> list:
+        return self.queue.pending()
+
+    def reserve(self) -> Any:
+        return self.queue.reserve()
+
+    def get_many(self, n: int) -> list:
+        out: list = []
+        while len(out) < n and len(self.queue):
+            raw = self.queue.peek()
+            assert chunk_count(raw) <= n - len(out), "a chunk would split"
+            out += decode_chunk(pyqstore._queue.resolve_codec("pickle"), self.queue.get(),
+                                self.queue.name, 0)
+        return out
 
 
 class Fired:
@@ -47,18 +84,29 @@ class Fired:
         return self.casket(node, instance).queue(name, "pickle")
 
     def input(self, node: str, instance: Optional[int] = None, port: str = "in") -> Any:
-        """The input port's queue (a shared edge's one queue on "shared")."""
+        """The input port's queue (a shared edge's one queue on "shared"),
+        seen as its items (on "per-node" it holds chunks)."""
         part = self.flow.partitioned(node, port)
         qn = names.input_queue(node, port, instance if part else None)
-        return self.queue(node, instance or 0, qn)
+        if self.layout == "shared":
+            return self.queue(node, instance or 0, qn)
+        return ChunkedPort(self.casket(node, instance or 0).queue(qn))
 
-    def dead(self, node: str) -> list[Any]:
+    def dead(self, node: str) -> list[DeadItem]:
         """The dead letters of every instance of node, reserved (to read
-        their counts and reasons)."""
+        their counts and reasons), item by item."""
         out = []
+        chunked = self.layout != "shared" and bool(self.flow.edges_into(node))
         for db in {id(c): c for (n, _), c in self.caskets.items() if n == node}.values():
-            q = db.queue(names.dead_queue(node), "pickle")
-            out += [q.reserve() for _ in range(len(q))]
+            q = db.queue(names.dead_queue(node), None if chunked else "pickle")
+            for _ in range(len(q)):
+                entry = q.reserve()
+                if not chunked:
+                    out.append(DeadItem(entry.payload, entry))
+                    continue
+                codec = pyqstore._queue.resolve_codec("pickle")
+                out += [DeadItem(x, entry)
+                        for x in decode_chunk(codec, entry.payload, q.name, entry.id)]
         return out
 
     def has_room(self, inst: Any) -> bool:

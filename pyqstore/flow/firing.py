@@ -121,6 +121,9 @@ class Instance:
             qn = names.input_queue(n.name, port, instance if part else None)
             self.inputs.append((port, casket.queue(qn, flow.codec(n.name, port))))
         self._next_input = 0
+        #: entries one firing reserves from an input queue: up to batch items
+        #: here; one chunk on the per-node layout (:meth:`_items`)
+        self._take = n.batch
         #: a batch the last firing's transaction reserved for the next one
         #: (a node with one input port): one commit per firing, not two;
         #: with a sink's number for it
@@ -264,7 +267,7 @@ class Instance:
         try:
             # decoded after the commit, outside the casket's write lock
             # (which the other nodes of a shared casket are waiting for)
-            ahead = reserve_undecoded(q, self.node.batch, None, None)
+            ahead = reserve_undecoded(q, self._take, None, None)
         except Empty:
             return None
         if not self.stable:
@@ -326,7 +329,7 @@ class Instance:
 
     def _reserve(self, q: Queue[Any], timeout: float) -> Any:
         if not self.stable:
-            return q.reserve_many(self.node.batch, timeout=timeout)
+            return q.reserve_many(self._take, timeout=timeout)
         # A sink numbers its batches: the number and the ids it covers are
         # recorded in the reserve's own commit, so a firing repeated after
         # a kill hands the same items under the same id.
@@ -349,13 +352,19 @@ class Instance:
             raise Empty(q.name)
         try:
             with self.casket.transaction():
-                batch = q.reserve_many(self.node.batch)
+                batch = q.reserve_many(self._take)
                 seq = self._number(batch.ids[0], len(batch))
         except Empty:
             time.sleep(min(timeout, 0.02))   # a reserve in a transaction never waits
             raise
         self.ctx.batch_id = (q.name, seq)
         return batch
+
+    def _items(self, batch: Batch[Any]) -> list[Any]:
+        """The items a reserved batch hands the work: its payloads, as the
+        input queue's codec decoded them (the per-node layout's chunks are
+        decoded here)."""
+        return batch.payloads
 
     def _fire_port(self, port: str, q: Queue[Any], timeout: float) -> bool:
         if self._ahead is not None and self._ahead[0].queue is q:
@@ -368,8 +377,11 @@ class Instance:
             except Empty:
                 return False
         self.ctx.port = port
+        taken = len(batch)
         try:
-            result = self._call(batch.payloads)
+            items = self._items(batch)
+            taken = len(items)
+            result = self._call(items)
             if result is not None and not isinstance(result, list):
                 result = list(result)
             puts = self._routed(result)
@@ -379,10 +391,10 @@ class Instance:
             with self.casket.transaction():
                 for it in batch:
                     it.fail(reason)
-                self._bump("failed", len(batch))
+                self._bump("failed", taken)
                 self._fired()
             return True
-        counts = {"in": len(batch), "out": sum(len(v) for _, v in puts)}
+        counts = {"in": taken, "out": sum(len(v) for _, v in puts)}
         if not self._commit(batch, puts, counts):
             self.ctx._reset()
             batch.release()

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from ..errors import FlowError
 from . import names
+from .chunks import chunk_limit
 from .edge import outbox_queue
 from .graph import Flow
 
@@ -137,6 +138,9 @@ class PortRef:
     casket: str
     queue: str
     codec: str
+    #: 0: the queue holds items; k: it holds chunks of at most k items
+    #: (the per-node layout's input ports, :mod:`.chunks`)
+    chunk_limit: int = 0
 
 
 class Layout(Protocol):
@@ -158,6 +162,11 @@ class Layout(Protocol):
 
     def dead_letters(self, node: str) -> list[tuple[str, str]]:
         """(casket, queue) of each of a node's dead-letter ports."""
+        ...
+
+    def chunked(self, node: str) -> bool:
+        """Whether the node's input ports, and so its dead letters, hold
+        chunks of items (:mod:`.chunks`) rather than items."""
         ...
 
 
@@ -192,6 +201,9 @@ class SharedLayout:
     def dead_letters(self, node: str) -> list[tuple[str, str]]:
         return [(names.CASKET, names.dead_queue(node))]
 
+    def chunked(self, node: str) -> bool:
+        return False
+
 
 class PerNodeLayout:
     """Every node instance has its own casket, ``DIR/nodes/NODE.I.qdb``
@@ -214,6 +226,7 @@ class PerNodeLayout:
 
     def ports(self, node: str) -> list[PortRef]:
         n = self.topology.nodes[node]
+        limit = chunk_limit(n.batch, n.maxsize) if self.chunked(node) else 0
         out = []
         for i in self._instances(node):
             where = names.node_casket(node, i)
@@ -221,7 +234,7 @@ class PerNodeLayout:
                 part = self.topology.partitioned(node, port)
                 out.append(PortRef(node, port, "in", i, where,
                                    names.input_queue(node, port, i if part else None),
-                                   self.topology.codec(node, port)))
+                                   self.topology.codec(node, port), limit))
             for e in self.topology.edges:
                 if e.src != node:
                     continue
@@ -234,6 +247,11 @@ class PerNodeLayout:
 
     def dead_letters(self, node: str) -> list[tuple[str, str]]:
         return [(names.node_casket(node, i), names.dead_queue(node)) for i in self._instances(node)]
+
+    def chunked(self, node: str) -> bool:
+        # the ports edges feed (a put-driven source's port, which its
+        # producers feed, holds items; it has no edge into it)
+        return any(e.dst == node for e in self.topology.edges)
 
 
 _LAYOUTS: dict[str, Callable[[Topology], Layout]] = {"shared": SharedLayout,

@@ -33,8 +33,10 @@ import threading
 from typing import Any, Callable, Optional, Sequence
 
 from .. import Casket
-from .._queue import _encoded_all, resolve_codec
+from .._batch import Batch
+from .._queue import resolve_codec
 from . import names
+from .chunks import chunk_limit, decode_chunk, encode_chunks, port_bound
 from .edge import ROOM_WAIT, Inbox, Outbox, Verdict, transfer
 from .firing import Instance
 from .graph import Edge, Flow
@@ -47,34 +49,46 @@ __all__ = ["NodeInstance", "Sender", "configure_inputs", "DEFAULT_MAX_BATCHES"]
 DEFAULT_MAX_BATCHES = 16
 
 
+def node_chunk_limit(flow: Flow, node: str) -> int:
+    """The most items in one chunk of the node's input ports
+    (:func:`.chunks.chunk_limit` of its batch and maxsize)."""
+    n = flow.nodes[node]
+    return chunk_limit(n.batch, n.maxsize)
+
+
 def configure_inputs(casket: Casket, flow: Flow, node: str, instance: int) -> None:
     """Store the policy of the instance's input queues in its casket
     (maxsize, max_deliveries, the dead-letter port), before any batch is
     accepted: the runner (or the actor that owns the casket) does it at
-    start."""
+    start.  The queues hold chunks (:mod:`.chunks`): the bound is the
+    node's maxsize in chunks of its chunk limit, and max_deliveries counts
+    the reserves of a chunk."""
     n = flow.nodes[node]
+    bound = port_bound(n.maxsize, node_chunk_limit(flow, node))
     with casket.transaction():
         for queue in set(inbox_ports(flow, node, instance).values()):
-            casket.queue(queue, maxsize=n.maxsize, max_deliveries=n.max_deliveries,
+            casket.queue(queue, maxsize=bound, max_deliveries=n.max_deliveries,
                          dead_letter=names.dead_queue(node) if n.max_deliveries else "")
 
 
 class _ToOutbox:
-    """A firing's put target for one outbox: the items, encoded by the
-    edge's codec, become one batch (the base firing calls put_many inside
-    its transaction)."""
+    """A firing's put target for one outbox: the items become one batch of
+    chunks of at most limit items (the receiver's chunk limit), each
+    encoded by the edge's codec (the base firing calls put_many inside its
+    transaction)."""
 
-    def __init__(self, outbox: Outbox, casket: Casket, codec: Any) -> None:
+    def __init__(self, outbox: Outbox, casket: Casket, codec: Any, limit: int) -> None:
         self.outbox = outbox
         self.casket = casket
         self.codec = codec
+        self.limit = limit
 
     def put_many(self, items: list[Any]) -> None:
         self._put_many_encoded(self._encode_many(items))
 
     # the firing encodes before its transaction (as for a Queue)
     def _encode_many(self, items: list[Any]) -> list[Any]:
-        return _encoded_all(self.codec, items)
+        return encode_chunks(self.codec, items, self.limit)
 
     def _put_many_encoded(self, encoded: list[Any]) -> None:
         self.outbox.put(encoded, self.casket)
@@ -108,15 +122,36 @@ class NodeInstance(Instance):
         self._to: dict[tuple[str, int], _ToOutbox] = {}
         for e in flow.edges_from(node):
             codec = resolve_codec(e.codec)
+            limit = node_chunk_limit(flow, e.dst)
             self.receiver[e.name] = e.dst
             for j in range(flow.nodes[e.dst].parallelism):
                 box = Outbox(casket, names.edge_to(e.name, j), self.sender, epoch, max_batches)
                 self.outboxes[(e.name, j)] = box
-                self._to[(e.name, j)] = _ToOutbox(box, casket, codec)
+                self._to[(e.name, j)] = _ToOutbox(box, casket, codec, limit)
         self._turn = 0
         self._finishing = False
         ports = inbox_ports(flow, node, instance)
         self.inbox: Optional[Inbox] = Inbox(casket, epoch, ports) if ports else None
+        # The ports that edges feed hold chunks: read raw, one chunk per
+        # firing, decoded by _items (a put-driven source's own port, fed by
+        # producers, holds items).
+        chunked = set(ports.values())
+        self._chunk_codecs: dict[str, Any] = {}
+        for k, (port, q) in enumerate(self.inputs):
+            if q.name in chunked:
+                self._chunk_codecs[q.name] = resolve_codec(flow.codec(node, port))
+                self.inputs[k] = (port, casket.queue(q.name))
+        if self._chunk_codecs:
+            self._take = 1
+
+    def _items(self, batch: Batch[Any]) -> list[Any]:
+        codec = self._chunk_codecs.get(batch.queue.name)
+        if codec is None:
+            return super()._items(batch)
+        items: list[Any] = []
+        for item_id, raw in zip(batch.ids, batch.payloads):
+            items += decode_chunk(codec, raw, batch.queue.name, item_id)
+        return items
 
     def accept(self, edge: str, sender: str, seq: int, payloads: list[bytes]) -> Verdict:
         """Apply a batch sent to this instance (:meth:`Inbox.accept
@@ -165,7 +200,7 @@ class NodeInstance(Instance):
             # stream of every outbox, so a receiver learns it in order
             for key, box in self.outboxes.items():
                 to = self._to[key]
-                puts.append((_EndOf(box, to.casket, to.codec), []))
+                puts.append((_EndOf(box, to.casket, to.codec, to.limit), []))
         return puts
 
     def _wait_for_room(self, puts: list[tuple[Any, list[Any]]]) -> bool:

@@ -200,13 +200,15 @@ class NodeActor:
         """The instance's counters, read from its casket, and its state."""
         from . import names
         from ._records import read_counter
+        from .chunks import count_items
 
         def count(what: str) -> int:
             return read_counter(self.casket, names.meta_key(self.node, self.instance, what))
 
         done = bool(count("done"))
         return {"in": count("in"), "out": count("out"), "failed": count("failed"),
-                "dead": len(self.casket.queue(names.dead_queue(self.node))),
+                "dead": count_items(self.casket.queue(names.dead_queue(self.node)),
+                                    self.inst.inbox is not None),
                 "starts": count("starts"), "epoch": self.epoch,
                 "node_id": _ray().get_runtime_context().get_node_id(),
                 "finished": done and self.inst.drained(), "error": self.error}

@@ -26,6 +26,7 @@ from .firing import configure_queues
 from .graph import Flow
 from .layout import Topology, write_topology
 from .owner import claim
+from .chunks import count_items
 from .pernode import DEFAULT_MAX_BATCHES, configure_inputs
 from .status import collect
 
@@ -74,9 +75,12 @@ def summarize(casket: Any, flow: Flow, restarts: dict[tuple[str, int], int]) -> 
             return sum(read_counter(of(n.name, i), names.meta_key(n.name, i, what))
                        for i in range(n.parallelism))
         holders = {id(c): c for c in (of(n.name, i) for i in range(n.parallelism))}
+        # the per-node layout's dead letters are chunks of items (.chunks)
+        chunked = isinstance(casket, dict) and bool(flow.edges_into(n.name))
         nodes[n.name] = NodeSummary(
             n.name, total("in"), total("out"), total("failed"),
-            sum(len(c.queue(names.dead_queue(n.name))) for c in holders.values()),
+            sum(count_items(c.queue(names.dead_queue(n.name)), chunked)
+                for c in holders.values()),
             sum(v for (name, _), v in restarts.items() if name == n.name),
             total("done") == n.parallelism)
     return Summary(all(s.finished for s in nodes.values()), nodes)

@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from .. import Casket, Item
+from .. import Casket, Item, Queue
 from .. import open as open_casket
 from ._records import read_counter
+from .chunks import chunk_count, count_items
 from .layout import Layout, Topology, layout_of, read_topology
 
 __all__ = ["status", "collect", "FlowStatus", "NodeStatus", "InstanceStatus", "PortStatus",
@@ -164,6 +165,8 @@ def _text(s: FlowStatus) -> list[str]:
 
 def _port(casket: Casket, ref: Any) -> PortStatus:
     q = casket.queue(ref.queue)
+    if ref.chunk_limit:
+        return _chunked_port(q, ref)
     # The length and the reservations are two reads: a batch reserved
     # between them would count twice (a full queue would show more than its
     # bound), so read until the length stood still around the reservations.
@@ -177,18 +180,34 @@ def _port(casket: Casket, ref: Any) -> PortStatus:
                       reserved, delayed, q.config().maxsize)
 
 
+def _chunked_port(q: "Queue[bytes]", ref: Any) -> PortStatus:
+    # A port of chunks: its items are the counts of the chunks it holds
+    # (every one, reserved ones too, in one scan), less those of the
+    # reserved chunks; its bound in items is its bound in chunks times
+    # the chunk limit.  The flow delays nothing in its ports.
+    for _ in range(5):
+        counts = {i: chunk_count(raw) for i, raw in q.iter(with_ids=True)}
+        held = q.pending()
+        if len(counts) == len(q) + len(held):
+            break
+    reserved = sum(counts.get(p.id, 0) for p in held)
+    return PortStatus(ref.port, ref.direction, ref.instance, ref.queue,
+                      sum(counts.values()) - reserved, reserved, 0,
+                      q.config().maxsize * ref.chunk_limit)
+
+
 def _dead(caskets: Callable[[str], Casket], refs: list[tuple[str, str]],
-          with_reasons: bool) -> DeadLetters:
+          with_reasons: bool, chunked: bool) -> DeadLetters:
     count = 0
     last: collections.deque[str] = collections.deque(maxlen=LAST_REASONS)
     for where, name in refs:
         q = caskets(where).queue(name)
-        if not with_reasons:            # the count alone: no scan of the queue
-            count += len(q) + len(q.pending())
+        if not with_reasons:            # the count alone: no scan of an item queue
+            count += count_items(q, chunked)
             continue
         newest: collections.deque[int] = collections.deque(maxlen=LAST_REASONS)
-        for item_id, _ in q.iter(with_ids=True):
-            count += 1
+        for item_id, raw in q.iter(with_ids=True):
+            count += chunk_count(raw) if chunked else 1
             newest.append(item_id)
         for item_id in newest:
             # an Item only to read the item's record (deliveries, reason):
@@ -235,7 +254,8 @@ def collect(topology: Topology, caskets: Callable[[str], Casket], *, directory: 
             where, prefix = lay.records(n.name, i)
             instances.append(_instance(caskets(where), prefix, i, with_state))
         nodes[n.name] = NodeStatus(n.name, n.kind, n.parallelism, ports,
-                                   _dead(caskets, lay.dead_letters(n.name), with_reasons),
+                                   _dead(caskets, lay.dead_letters(n.name), with_reasons,
+                                         lay.chunked(n.name)),
                                    instances)
     return FlowStatus(topology.flow, lay.name, directory, time.monotonic(), nodes)
 
