@@ -4,6 +4,7 @@ with loopback alone and re-executes itself there (pyqstore.flow.netns)."""
 from __future__ import annotations
 
 import importlib.util
+import statistics
 import sys
 from typing import Any, Optional
 
@@ -69,6 +70,9 @@ def ray_chain(n: int, batch: int, kill_items: Optional[int], reps: int, sync: bo
     for title, head, rows in ray_tables(result):
         click.echo(f"\n# {title}")
         _table(head, rows)
+    rounds = result["round_ratios"]
+    click.echo(f"each round's ratio (its flow over the baseline run beside it): median "
+               f"{statistics.median(rounds):.3f}, min {min(rounds):.3f}, max {max(rounds):.3f}")
     click.echo(f"flow on Ray: {result['flow']['flowing_items_per_s']:,.0f} items/s flowing, "
                f"{result['ratio']:.2f}x the in-memory chain (required 0.5: "
                f"{'met' if result['ok'] else 'NOT MET'})")

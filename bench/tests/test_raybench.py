@@ -31,6 +31,9 @@ def test_flow_ray_runs_both_chains_and_a_kill(tmp_path):
     assert data["baseline"]["items_per_s"] > 0 and data["flow"]["flowing_items_per_s"] > 0
     assert data["ratio"] == pytest.approx(data["flow"]["flowing_items_per_s"]
                                           / data["baseline"]["items_per_s"])
+    assert len(data["round_ratios"]) == 1 and data["round_ratios"][0] == pytest.approx(
+        data["ratio"])      # one round: its ratio is the best-of one
+    assert "each round's ratio" in res.stdout
     k = data["kill"]
     assert k["items"] == 20000 and 0 < k["killed_at"] < k["seconds"]
     assert k["replacement_join_s"] > 0

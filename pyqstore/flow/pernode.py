@@ -6,10 +6,11 @@ Seed 000's layout: every node instance has a standalone casket
 epoch, and every edge, even on one machine, is the exactly-once transfer
 of :mod:`.edge`.  In the instance's casket:
 
-- its input ports, the queues :func:`names.input_queue` names (bounded by
-  the node's maxsize, max_deliveries and the dead-letter port as on the
-  shared layout), filled only by :meth:`Inbox.accept
-  <pyqstore.flow.edge.Inbox.accept>` with the marks per (edge, sender);
+- its input ports, the queues :func:`names.input_queue` names, holding
+  chunks of items (:mod:`.chunks`; bounded to the node's maxsize in items,
+  max_deliveries and the dead-letter port per chunk), filled only by
+  :meth:`Inbox.accept <pyqstore.flow.edge.Inbox.accept>` with the marks per
+  (edge, sender);
 - one :class:`~pyqstore.flow.edge.Outbox` per (outgoing edge, receiving
   instance), on the wire ``names.edge_to(edge, j)`` from
   ``names.sender(node, i)``; a partitioned edge picks j by the stable
