@@ -736,6 +736,21 @@ int bt_key_is(bt_ctx *c, const bt_path *path, const uint8_t *key, uint32_t klen,
     return 0;
 }
 
+int bt_seek_onward(bt_ctx *c, const bt_key *probe, bt_path *path)
+{
+    int rc = bt_seek_ge(c, probe, path);
+    if (rc)
+        return rc;
+    cellv cv;
+    int r;
+    if ((rc = cell_at(c, path, &cv)) != 0 || (rc = cmp_cell(c, probe, &cv, 1, &r)) != 0)
+        return rc;
+    /* r > 0: the tree answered with a record before the probe.  r == 0
+     * with seq UINT64_MAX: a record no counter hands out, found by a probe
+     * that means "past every record of this key". */
+    return r > 0 || (r == 0 && probe->seq == UINT64_MAX) ? QS_CORRUPT : 0;
+}
+
 /* ---- page editing --------------------------------------------------------- */
 
 /* Writable image of the page at path level d, reusing the pointer bt_seek

@@ -53,6 +53,13 @@ int bt_seek(bt_ctx *c, const bt_key *probe, bt_path *path);
 /* Like bt_seek, but moves past a leaf's end so path is on a record: for
  * reading (an insert needs bt_seek's unsettled position). */
 int bt_seek_ge(bt_ctx *c, const bt_key *probe, bt_path *path);
+/* bt_seek_ge for a scan that makes its next probe from the record it found
+ * (past that key, or past an id): QS_CORRUPT when the record found sorts
+ * before probe, or is (key, UINT64_MAX) for a probe with seq UINT64_MAX
+ * ("past every record of this key"; no record has that seq).  A tree
+ * whose keys are out of order answers so, and the scan would find the same
+ * records again and never end.  path is set as by bt_seek_ge either way. */
+int bt_seek_onward(bt_ctx *c, const bt_key *probe, bt_path *path);
 /* First / last record (QS_NOTFOUND when the tree is empty). */
 int bt_first(bt_ctx *c, bt_path *path);
 int bt_last(bt_ctx *c, bt_path *path);

@@ -48,7 +48,8 @@
  *     named on the command line (every regular file of a directory, in
  *     name order; *.py skipped), for gcc + ASan/UBSan or valgrind without
  *     clang.
- *     Exit status 0 when every input ran (whatever the library returned).
+ *     Exit status 0 when every input ran (whatever the library returned);
+ *     3 when one ran past REPLAY_TIMEOUT_S (a hang, named on stderr).
  *     FUZZ_VERBOSE=1 in the environment prints each step's result.
  */
 #include "qstore.h"
@@ -466,6 +467,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 #else /* FUZZ_STANDALONE */
 
+#include <signal.h>
+
+/* libFuzzer calls an input that runs past -timeout a hang; the replay does
+ * too, so a corpus input that hangs again fails the run instead of holding
+ * it until CI's own limit.  Generous: valgrind runs ~30x slower. */
+#define REPLAY_TIMEOUT_S 120u
+static const char *g_replaying;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char pre[] = "fuzz_open: a hang: still running after the replay timeout: ";
+    ssize_t w = write(2, pre, sizeof pre - 1);
+    w = write(2, g_replaying, strlen(g_replaying));
+    w = write(2, "\n", 1);
+    (void)w;
+    _exit(3);
+}
+
 static int replay_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -493,7 +513,10 @@ static int replay_file(const char *path)
     }
     if (g_verbose)
         fprintf(stderr, "%s\n", path);
+    g_replaying = path;
+    alarm(REPLAY_TIMEOUT_S);
     run_one(buf, n);
+    alarm(0);
     free(buf);
     return 0;
 }
@@ -558,6 +581,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s FILE-OR-DIR...\n", argv[0]);
         return 2;
     }
+    signal(SIGALRM, on_alarm);
     int bad = 0;
     unsigned count = 0;
     for (int i = 1; i < argc; i++)

@@ -320,7 +320,7 @@ static int names_of_kind(bt_ctx *bt, uint8_t kind, qo_names *l)
     bt_path path;
     int rc;
     probe[0] = kind;
-    while ((rc = bt_seek_ge(bt, &pk, &path)) == 0 &&
+    while ((rc = bt_seek_onward(bt, &pk, &path)) == 0 &&
            (rc = read_rec(bt, &path, &k, NULL, NULL)) == 0) {
         if (k.len < 4 || k.data[0] != kind)
             break;

@@ -813,7 +813,7 @@ static int first_free(const sh_region *sh, bt_ctx *bt, qq_queue *q, const qo_run
             return 0;
         if (seek) {
             pk.seq = seek;
-            rc = bt_seek_ge(bt, &pk, path);
+            rc = bt_seek_onward(bt, &pk, path);
             continue;
         }
         rc = bt_next(bt, path);
@@ -1735,7 +1735,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         int sought = !kept;
         if (sought) {
             bt_key pk = {run.key, run.klen, from};
-            rc = bt_seek_ge(&bt, &pk, &path);
+            rc = bt_seek_onward(&bt, &pk, &path);
         }
         int eq = 0, shared;
         if (rc == 0 && (rc = out_begin(&a->out)) != 0)
@@ -2830,7 +2830,7 @@ static int do_list(qs_casket *c, qs_items **out)
             break;
         /* the next queue: the first record after every one of this key */
         pk = (bt_key){q->key, q->klen, UINT64_MAX};
-        rc = bt_seek_ge(&bt, &pk, &path);
+        rc = bt_seek_onward(&bt, &pk, &path);
     }
     qo_names_free(&extra);
     free(k.data);

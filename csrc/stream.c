@@ -350,7 +350,7 @@ static int acked_horizon(bt_ctx *bt, const st_keys *k, int *any, uint64_t *horiz
     *any = 0;
     *horizon = UINT64_MAX;
     int rc;
-    while ((rc = bt_seek_ge(bt, &probe, &path)) == 0) {
+    while ((rc = bt_seek_onward(bt, &probe, &path)) == 0) {
         key.len = val.len = 0;
         if ((rc = bt_read(bt, &path, &key, &val, 0, NULL)) != 0)
             break;
