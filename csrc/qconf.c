@@ -73,6 +73,16 @@ int qc_read(bt_ctx *bt, const uint8_t *name, size_t nlen, qc_conf *out)
         else if (out->dllen)
             memcpy(out->dl, v.data + QC_FIXED, out->dllen);
     }
+    if (rc == 0) {
+        /* what qc_write stored passed qc_check: a record that does not
+         * (a NaN window, a limit without a dead-letter queue) is damage,
+         * and would reach the due-time arithmetic as a NaN */
+        qs_queue_config cfg = {.maxsize = out->maxsize, .max_deliveries = out->max_deliveries,
+                               .dedup_window = out->dedup_window, .dead_letter = out->dl,
+                               .dead_letter_len = out->dllen};
+        if (qc_check(name, nlen, &cfg) != 0)
+            rc = QS_CORRUPT;
+    }
     free(v.data);
     if (rc)
         qc_clear(out);

@@ -22,7 +22,9 @@ typedef struct qc_conf {
 int qc_check(const uint8_t *name, size_t nlen, const qs_queue_config *cfg);
 
 /* Reads the config of queue name into *out (the defaults, all zero, when
- * it has no record).  Returns 0, QS_CORRUPT (a record of a bad size),
+ * it has no record).  Returns 0, QS_CORRUPT (a record of a bad size, or
+ * one qc_check refuses: a NaN or negative window, a limit without a
+ * dead-letter queue),
  * QS_NOMEM or a read error; *out zeroed on failure. */
 int qc_read(bt_ctx *bt, const uint8_t *name, size_t nlen, qc_conf *out);
 
