@@ -325,7 +325,11 @@ static int names_of_kind(bt_ctx *bt, uint8_t kind, qo_names *l)
         if (k.len < 4 || k.data[0] != kind)
             break;
         uint32_t nlen = (uint32_t)k.data[1] << 8 | k.data[2];
-        if (nlen == 0 || k.len < 3 + nlen || nlen > QS_MAX_QUEUE_NAME) {
+        /* The seek below skips a name's records with the probe prefix+0xff,
+         * so a record with 0xff after the name (no key of ours has: runs and
+         * due times are below it) would be found again, forever. */
+        if (nlen == 0 || k.len < 3 + nlen || nlen > QS_MAX_QUEUE_NAME ||
+            (k.len > 3 + nlen && k.data[3 + nlen] == 0xff)) {
             rc = QS_CORRUPT;
             break;
         }
