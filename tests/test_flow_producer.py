@@ -16,7 +16,8 @@ import pytest
 import pyqstore
 from pyqstore.flow import Flow, Producer, PutSource, QueueSink, Runner, Verdict
 from pyqstore.flow import names
-from pyqstore.flow.layout import TOPOLOGY
+from pyqstore.flow.layout import TOPOLOGY, layout_of, read_topology
+from pyqstore.flow.runner import LAYOUTS
 
 BATCHES = 300
 PER_BATCH = 10
@@ -52,8 +53,8 @@ def put_flow(maxsize: int = 50) -> Flow:
     return f
 
 
-def start_run(directory: str, flow: Flow):
-    runner = Runner(flow, directory, display=None)
+def start_run(directory: str, flow: Flow, layout: str = "per-node"):
+    runner = Runner(flow, directory, display=None, layout=layout)
     result: list = []
     t = threading.Thread(target=lambda: result.append(runner.run()), daemon=True)
     t.start()
@@ -64,23 +65,31 @@ def start_run(directory: str, flow: Flow):
     return runner, t, result
 
 
+def casket_of(directory: str, node: str) -> str:
+    """The casket holding instance 0 of node's records (a source's marks,
+    a QueueSink's queue) in the run's layout."""
+    return os.path.join(directory, layout_of(read_topology(directory)).records(node, 0)[0])
+
+
 def spawn_producer(directory: str, name: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.Popen([sys.executable, "-c", PRODUCER, directory, name, str(BATCHES),
                              str(PER_BATCH)], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def test_producers_in_other_processes_put_exactly_once_across_their_kills(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_producers_in_other_processes_put_exactly_once_across_their_kills(tmp_path, layout):
     directory = str(tmp_path / "run")
-    runner, t, result = start_run(directory, put_flow())
+    runner, t, result = start_run(directory, put_flow(), layout)
     rnd = random.Random(14)
     kills = 0
-    db = pyqstore.open(os.path.join(directory, names.CASKET), "r")
+    db = None
 
     def mark(name: str) -> int:
         raw = db.get(names.producer_mark("in", name))
         return int.from_bytes(raw, "big") if raw else 0
     try:
+        db = pyqstore.open(casket_of(directory, "in"), "r")
         procs = {name: spawn_producer(directory, name) for name in ("a", "b")}
         # each producer is killed once its mark moved some batches past
         # where it stood when it started: mid-stream, maybe mid-put
@@ -109,10 +118,11 @@ def test_producers_in_other_processes_put_exactly_once_across_their_kills(tmp_pa
         t.join(60)
         assert not t.is_alive() and result[0].finished
     finally:
-        db.close()
+        if db is not None:
+            db.close()
         runner.stop()
         t.join(30)
-    with pyqstore.open(os.path.join(directory, names.CASKET)) as db:
+    with pyqstore.open(casket_of(directory, "out")) as db:
         got = db.queue("result", "pickle").get_many(10 ** 6)
     want = sorted((name, seq, i, "seen") for name in ("a", "b")
                   for seq in range(1, BATCHES + 1) for i in range(PER_BATCH))
@@ -122,9 +132,10 @@ def test_producers_in_other_processes_put_exactly_once_across_their_kills(tmp_pa
         assert mine == sorted(mine)
 
 
-def test_a_producer_numbers_refuses_gaps_and_ends_the_stream(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_producer_numbers_refuses_gaps_and_ends_the_stream(tmp_path, layout):
     directory = str(tmp_path / "run")
-    runner, t, result = start_run(directory, put_flow(maxsize=30))
+    runner, t, result = start_run(directory, put_flow(maxsize=30), layout)
     try:
         with Producer(directory, "in", "p") as p:
             assert p.mark == 0
@@ -151,7 +162,7 @@ def test_a_producer_numbers_refuses_gaps_and_ends_the_stream(tmp_path):
     finally:
         runner.stop()
         t.join(30)
-    with pyqstore.open(os.path.join(directory, names.CASKET)) as db:
+    with pyqstore.open(casket_of(directory, "out")) as db:
         got = db.queue("result", "pickle").get_many(10 ** 6)
     assert got == [("p", 1, 0, "seen"), ("p", 2, 0, "seen")] + \
         [("p", seq, i, "seen") for seq in range(3, 13) for i in range(30)]

@@ -63,13 +63,20 @@ def configure_inputs(casket: Casket, flow: Flow, node: str, instance: int) -> No
     accepted: the runner (or the actor that owns the casket) does it at
     start.  The queues hold chunks (:mod:`.chunks`): the bound is the
     node's maxsize in chunks of its chunk limit, and max_deliveries counts
-    the reserves of a chunk."""
+    the reserves of a chunk.  A port no edge feeds (a put-driven source's,
+    which its producers fill) holds items, bounded by maxsize items."""
     n = flow.nodes[node]
     bound = port_bound(n.maxsize, node_chunk_limit(flow, node))
+    dead = names.dead_queue(node) if n.max_deliveries else ""
+    fed = set(inbox_ports(flow, node, instance).values())
     with casket.transaction():
-        for queue in set(inbox_ports(flow, node, instance).values()):
-            casket.queue(queue, maxsize=bound, max_deliveries=n.max_deliveries,
-                         dead_letter=names.dead_queue(node) if n.max_deliveries else "")
+        for queue in fed:
+            casket.queue(queue, maxsize=bound, max_deliveries=n.max_deliveries, dead_letter=dead)
+        for port in n.inputs:
+            queue = names.input_queue(node, port, None)
+            if not any(e.dst_port == port for e in flow.edges_into(node)):
+                casket.queue(queue, flow.codec(node, port), maxsize=n.maxsize,
+                             max_deliveries=n.max_deliveries, dead_letter=dead)
 
 
 class _ToOutbox:
