@@ -102,6 +102,21 @@ def test_a_directory_keeps_the_layout_of_its_first_run(tmp_path):
         assert owner_epoch(db) == 2             # each run claimed each casket
 
 
+def test_with_no_layout_a_new_directory_runs_per_node_and_an_old_one_keeps_its_own(tmp_path):
+    new, old = tmp_path / "new", tmp_path / "old"
+    s = Runner(flow_of(30), str(new), display=None, sync=False).run()
+    assert s.finished and (new / names.LAYOUT).read_text() == "per-node\n"
+    assert (new / names.node_casket("sink", 0)).exists() and not (new / names.CASKET).exists()
+    Runner(flow_of(30), str(old), display=None, layout="shared", sync=False).run()
+    # a shared run from before the layout record: its casket says what it is
+    (old / names.LAYOUT).unlink()
+    s = flow_of(30).run(str(old), display=None, sync=False)    # resumes: nothing to do
+    assert s.finished and s.nodes["sink"].items_in == 30
+    assert (old / names.LAYOUT).read_text() == "shared\n" and not (old / names.NODES).exists()
+    with pyqstore.open(str(old / names.CASKET)) as db:
+        assert db.queue("result", "pickle").get_many(100) == list(range(30))
+
+
 def test_a_shared_edge_spreads_its_firings_over_the_instances(tmp_path):
     f = Flow("spread")
     f.source("src", IterableSource(range(600)), batch=10)

@@ -59,10 +59,10 @@ def small_flow() -> Flow:
     return f
 
 
-def test_the_status_of_a_finished_run(tmp_path):
+def test_the_status_of_a_finished_shared_run(tmp_path):
     run = str(tmp_path / "run")
     t0 = time.time()
-    summary = Runner(small_flow(), run, display=None).run()
+    summary = Runner(small_flow(), run, display=None, layout="shared").run()
     t1 = time.time()
     st = status(run)
     assert st.finished and st.flow == "small" and st.layout == "shared"

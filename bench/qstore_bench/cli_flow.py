@@ -13,6 +13,7 @@ import sys
 from typing import Any, Optional
 
 import click
+from pyqstore.flow.runner import LAYOUTS
 
 from . import flowbench as fb
 from .cli import (_Bar, _fixes, _header_machine, _human, _int_list, _plot_tune, _print_models,
@@ -161,7 +162,7 @@ def flow() -> None:
               help="36-byte items through the chain")
 @click.option("--batch", type=click.IntRange(1), default=1000, show_default=True,
               help="items per firing (and per transaction of the loop)")
-@click.option("--layout", "layouts", default=fb.SHARED, show_default=True,
+@click.option("--layout", "layouts", default=",".join(LAYOUTS), show_default=True,
               help="comma-separated casket layouts of the runner, measured side by side "
                    "(shared, per-node: whichever the runner accepts; the others are listed "
                    "with the reason)")

@@ -37,14 +37,13 @@ from typing import Any, Iterator, Optional
 
 import pyqstore
 from pyqstore.flow import CallbackSink, FileSource, Flow, IterableSource, Runner
-from pyqstore.flow.runner import LAYOUTS
+from pyqstore.flow.runner import DEFAULT_LAYOUT, LAYOUTS
 
 from . import widefinder as wf
 from .experiments import Progress, Workdir, _quiet, fit_models, machine
 
 ITEM_SIZE = 36
 STRATEGIES = ("mapreduce", "refs", "agents")
-SHARED = "shared"
 RUN_TIMEOUT = 600.0      # seconds a run may take before it is stopped and reported
 
 
@@ -324,7 +323,7 @@ def run_chain(wd: Workdir, n: int, batch: int, sync: bool, layout: Optional[str]
     with open(os.path.join(stats, "tally.json")) as f:
         got = json.load(f)
     if (got["count"], got["sum"]) != (n, n * (n - 1) // 2):
-        raise AssertionError(f"the chain (layout {layout or SHARED}, parallelism {parallelism}, "
+        raise AssertionError(f"the chain (layout {layout or DEFAULT_LAYOUT}, parallelism {parallelism}, "
                              f"batch {batch}) delivered {got['count']} items (sum "
                              f"{got['sum']}), not {n} (sum {n * (n - 1) // 2})")
     return wall, _flowing(read_clocks(stats), "source", "tally")
