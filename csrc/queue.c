@@ -1735,7 +1735,7 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         int sought = !kept;
         if (sought) {
             bt_key pk = {run.key, run.klen, from};
-            rc = bt_seek_onward(&bt, &pk, &path);
+            rc = bt_seek_ge(&bt, &pk, &path);
         }
         int eq = 0, shared;
         if (rc == 0 && (rc = out_begin(&a->out)) != 0)
@@ -1752,6 +1752,11 @@ static int take_fn(qs_casket *c, bt_ctx *ubt, void *arg)
         }
         if (rc == 0 && !eq)
             rc = QS_NOTFOUND;
+        /* every pass sets `from` past the id it handled, so a candidate
+         * below it is a record out of order (damage), which would be
+         * handled again for ever */
+        if (rc == 0 && id < from)
+            rc = QS_CORRUPT;
         if (rc == QS_NOTFOUND && (rc = qo_run_next(&bt, &run)) == 0) {
             from = 1;       /* this run is done: the next priority's */
             kept = 0;
