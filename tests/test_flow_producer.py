@@ -18,6 +18,7 @@ from pyqstore.flow import Flow, Producer, PutSource, QueueSink, Runner, Verdict
 from pyqstore.flow import names
 from pyqstore.flow.layout import TOPOLOGY, layout_of, read_topology
 from pyqstore.flow.runner import LAYOUTS
+from pyqstore.flow.status import status
 
 BATCHES = 300
 PER_BATCH = 10
@@ -116,7 +117,8 @@ def test_producers_in_other_processes_put_exactly_once_across_their_kills(tmp_pa
         with Producer(directory, "in", "closer") as p:
             p.end()
         t.join(60)
-        assert not t.is_alive() and result[0].finished
+        assert not t.is_alive(), f"the flow did not finish after end():\n{status(directory)}"
+        assert result[0].finished
     finally:
         if db is not None:
             db.close()
