@@ -71,6 +71,13 @@ int cs_write(qs_casket *c, cs_write_fn fn, void *arg);
  * thread or process holds it. */
 int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg);
 
+/* cs_write for a caller that may wait for nothing (qs_queue_put_held):
+ * fn runs only inside the calling thread's explicit transaction (which
+ * holds the write lock already), with no buffered putdups to apply first
+ * and the operation mutex free; otherwise QS_WOULDBLOCK, nothing done.
+ * fn may still read pages from the file and spill pages to the log. */
+int cs_write_held(qs_casket *c, cs_write_fn fn, void *arg);
+
 /* Takes the operation mutex for a read in the caller's view (the writer's
  * own if it holds the write lock) of namespace ns; cs_read_leave releases
  * it.  cs_read_enter returns 0 or the error of applying buffered putdups

@@ -172,7 +172,9 @@ enum {
     QS_WOULDBLOCK = -32027, /* qs_get_nowait: the call would have waited for
                                another thread's call on the handle, for a
                                checkpoint, or for a page to be read from the
-                               file */
+                               file; qs_queue_put_held: not in the caller's
+                               transaction, or it would have waited for
+                               another thread */
     QS_LAST_ERRCODE = -32027
 };
 
@@ -785,6 +787,24 @@ void qs_queue_free(qs_queue *q);
  *         looked at), QS_CLOSED, QS_FORKED, WRITE and STORAGE (an errno e
  *         as -e) */
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
+
+/* qs_queue_put_id for a caller that holds a lock every thread of its
+ * process needs (Python's interpreter lock: pyqstore's Queue.put calls it
+ * holding the GIL, so a put inside a transaction costs no lock hand-over).
+ * It puts only inside the calling thread's explicit transaction on q's
+ * casket, which holds the write lock already, so it waits for no other
+ * process; where it would wait for another thread it returns QS_WOULDBLOCK
+ * instead, having done nothing, and the caller makes the ordinary call
+ * without its lock: outside such a transaction, when the transaction has
+ * buffered putdups to apply first (qs_putdup), or when another thread
+ * is inside a call on the handle.  It may read pages from the file and
+ * write pages to the log (a transaction larger than the cache spills), as
+ * any put in the transaction does: I/O, but no wait for anyone.
+ * @return as qs_queue_put_id, or QS_WOULDBLOCK
+ * @fail   as qs_queue_put_id (an error other than a refusal such as
+ *         QS_QFULL fails the transaction); on QS_WOULDBLOCK nothing put and
+ *         the transaction as it was. */
+int64_t qs_queue_put_held(qs_queue *q, const void *val, size_t vlen);
 
 /* qs_queue_put_id that waits for room when q is a bounded queue holding its
  * maxsize items (qs_queue_config): up to timeout seconds (< 0: no limit,

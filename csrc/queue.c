@@ -1285,6 +1285,29 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
     return put_one(q, val, vlen, 0, 0, 0, 0);
 }
 
+int64_t qs_queue_put_held(qs_queue *q, const void *val, size_t vlen)
+{
+    if (!q || (!val && vlen))
+        return QS_INVAL;
+    /* an autocommit put comes here first: refused at the least cost (q's
+     * casket stays allocated while q is in use, so looking is safe; the
+     * call below checks that it is open) */
+    if (!cs_in_txn(q->c))
+        return QS_WOULDBLOCK;
+    if (vlen > (size_t)QS_MAX_VALUE - 1)
+        return QS_TOOBIG;
+    int rc = cs_enter_call(q->c);
+    if (rc == 0) {
+        uint32_t len = (uint32_t)vlen;
+        put_args a = {q->key, q->klen, 1, {val, &len, 0}, 0, 0, 0};
+        rc = cs_write_held(q->c, put_fn, &a);
+        cs_leave_call(q->c);
+        if (rc == 0)
+            return (int64_t)a.first_id;
+    }
+    return rc < 0 ? rc : -(int64_t)rc;
+}
+
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout)
 {
     return put_one(q, val, vlen, 1, timeout, 0, 0);

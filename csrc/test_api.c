@@ -561,6 +561,57 @@ static void *hold_view(void *arg)
     return NULL;
 }
 
+/* Another thread inside a call on h->c (its view lock held) until
+ * view_release. */
+static int view_hold(view_holder *h, pthread_t *th)
+{
+    pthread_barrier_init(&h->held, NULL, 2);
+    pthread_barrier_init(&h->done, NULL, 2);
+    if (pthread_create(th, NULL, hold_view, h) != 0)
+        return -1;
+    pthread_barrier_wait(&h->held);
+    return 0;
+}
+
+static void view_release(view_holder *h, pthread_t th)
+{
+    pthread_barrier_wait(&h->done);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&h->held);
+    pthread_barrier_destroy(&h->done);
+}
+
+/* qs_queue_put_held in the caller's transaction while another thread is
+ * inside a call on the handle (its operation mutex): QS_WOULDBLOCK at
+ * once, nothing put, and the put goes in once the mutex is free. */
+static void put_held_never_waits_for_another_thread(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_queue *q = NULL;
+    REQUIRE_RC(qs_queue_new(c, "q", 1, &q), 0);
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK(qs_queue_put_held(q, "a", 1) == 1);
+    view_holder h = {.c = c};
+    pthread_t th;
+    REQUIRE(view_hold(&h, &th) == 0);
+    double t0 = tc_now();
+    CHECK(qs_queue_put_held(q, "b", 1) == QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    view_release(&h, th);
+    CHECK(qs_queue_put_held(q, "b", 1) == 2);       /* nothing was put before */
+    CHECK_RC(qs_commit(c), 0);
+    uint64_t len = 0;
+    CHECK_RC(qs_queue_len(c, "q", 1, &len), 0);
+    CHECK(len == 2);
+    qs_queue_free(q);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 /* qs_get_nowait where qs_get_into would wait: a page not yet read from
  * the file, another thread inside a call on the handle, another handle's
  * checkpoint under way.  QS_WOULDBLOCK at once, nothing read, and the same
@@ -622,10 +673,7 @@ static void get_nowait_never_waits(void)
 
     view_holder h = {.c = c};
     pthread_t th;
-    pthread_barrier_init(&h.held, NULL, 2);
-    pthread_barrier_init(&h.done, NULL, 2);
-    REQUIRE(pthread_create(&th, NULL, hold_view, &h) == 0);
-    pthread_barrier_wait(&h.held);
+    REQUIRE(view_hold(&h, &th) == 0);
     memset(buf, '#', sizeof buf);
     double t0 = tc_now();
     CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), QS_WOULDBLOCK);
@@ -633,10 +681,7 @@ static void get_nowait_never_waits(void)
     CHECK(n == 0 && buf[0] == '#');
     CHECK_RC(qs_get_nowait(other, "k", 1, buf, sizeof buf, &n), 0);  /* not in its way */
     CHECK(n == 5 && memcmp(buf, "value", 5) == 0);
-    pthread_barrier_wait(&h.done);
-    pthread_join(th, NULL);
-    pthread_barrier_destroy(&h.held);
-    pthread_barrier_destroy(&h.done);
+    view_release(&h, th);
     CHECK_RC(qs_get_nowait(c, "k", 1, buf, sizeof buf, &n), 0);
 
     /* the checkpoint guard: another handle's checkpoint keeps readers of
@@ -669,6 +714,7 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     RUN(get_into_a_buffer);
     RUN(get_nowait_never_waits);
+    RUN(put_held_never_waits_for_another_thread);
     RUN(empty_casket);
     RUN(readonly_open);
     RUN(open_missing);

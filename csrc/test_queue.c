@@ -669,6 +669,71 @@ static void lease_over_without_other_calls(void)
     tc_tmp_remove(&t);
 }
 
+/* qs_queue_put_held: only inside the calling thread's transaction; where
+ * it would wait (none of ours, buffered putdups first) QS_WOULDBLOCK with
+ * nothing done; otherwise qs_queue_put_id's answers and ids. */
+static void put_held(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_queue *q = NULL, *b = NULL;
+    REQUIRE_RC(qs_queue_new(c, "q", 1, &q), 0);
+    REQUIRE_RC(qs_queue_new(c, "b", 1, &b), 0);
+    CHECK(qs_queue_put_held(NULL, "v", 1) == QS_INVAL);
+    CHECK(qs_queue_put_held(q, NULL, 1) == QS_INVAL);
+
+    /* no transaction: refused, nothing put */
+    CHECK(qs_queue_put_held(q, "v", 1) == QS_WOULDBLOCK);
+    CHECK(qlen(c, "q") == 0);
+
+    /* in one: the ids qs_queue_put_id would hand out, mixed with it */
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK(qs_queue_put_held(q, "a", 1) == 1);
+    CHECK(qs_queue_put_id(q, "b", 1) == 2);
+    CHECK(qs_queue_put_held(q, "", 0) == 3);
+    CHECK(qlen(c, "q") == 3);
+    CHECK_RC(qs_abort(c), 0);
+    CHECK(qlen(c, "q") == 0);
+    REQUIRE_RC(qs_begin(c), 0);
+    int64_t first = qs_queue_put_held(q, "c", 1);
+    CHECK(first >= 1 && qs_queue_put_held(q, "d", 1) == first + 1);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(get_is(c, "q", "c", (uint64_t)first) && get_is(c, "q", "d", (uint64_t)first + 1));
+
+    /* buffered putdups are applied before any put: that is the ordinary
+     * call's work, so the held one refuses and leaves them buffered */
+    REQUIRE_RC(qs_begin(c), 0);
+    REQUIRE_RC(qs_putdup(c, "k", 1, "v", 1), 0);
+    CHECK(qs_queue_put_held(q, "e", 1) == QS_WOULDBLOCK);
+    int64_t e = qs_queue_put_id(q, "e", 1);
+    CHECK(e > first + 1);
+    CHECK(qs_queue_put_held(q, "f", 1) == e + 1);     /* applied now */
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(qlen(c, "q") == 2 && get_is(c, "q", "e", (uint64_t)e));
+
+    /* a full bounded queue refuses, and the transaction goes on */
+    qs_queue_config cfg = {.maxsize = 1};
+    REQUIRE_RC(qs_queue_config_set(c, "b", 1, &cfg), 0);
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK(qs_queue_put_held(b, "1", 1) >= 1);
+    CHECK(qs_queue_put_held(b, "2", 1) == QS_QFULL);
+    CHECK(qs_queue_put_held(q, "g", 1) >= 1);
+    CHECK_RC(qs_commit(c), 0);
+    CHECK(qlen(c, "b") == 1 && qlen(c, "q") == 2);     /* f, g */
+
+    /* a closed casket: the call says so */
+    REQUIRE_RC(qs_begin(c), 0);
+    qs_shutdown(c);
+    CHECK(qs_queue_put_held(q, "h", 1) == QS_CLOSED);
+    qs_queue_free(q);
+    qs_queue_free(b);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 static void transactions(void)
 {
     tc_tmp t;
@@ -1794,6 +1859,7 @@ int main(void)
     RUN(leases);
     RUN(lease_over_without_other_calls);
     RUN(transactions);
+    RUN(put_held);
     RUN(reopen);
     RUN(bad_arguments);
     RUN(listing);

@@ -721,25 +721,11 @@ int tx_refused(qs_casket *c, int rc)
     return 0;
 }
 
-/* Runs fn in the writer's view: inside this thread's transaction, or as a
- * transaction of its own. */
-int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
+/* The rest of a write (tx_write_core, cs_write_held), the operation mutex
+ * taken: fn, then a transaction of its own committed or aborted, or the
+ * caller's marked failed by an error that is not a refusal. */
+static inline int write_locked(qs_casket *c, cs_write_fn fn, void *arg, int own)
 {
-    if (c->readonly)
-        return QS_READONLY;
-    int own = cs_owns(c);
-    if (own && c->txn_error)
-        return c->txn_error;
-    if (!own) {
-        int rc = tx_writer_enter_opt(c, wait, c->lock_timeout);
-        if (rc)
-            return rc;
-        if ((rc = tx_heal(c)) != 0) {
-            tx_writer_leave(c);
-            return rc;
-        }
-    }
-    pthread_mutex_lock(&c->mu);
     if (!own)
         pg_begin(&c->pg);
     bt_ctx bt = {&c->pg, 1, NS_USER};
@@ -760,6 +746,28 @@ int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
     if (rc && !refusal)
         c->txn_error = rc;
     return rc;
+}
+
+/* Runs fn in the writer's view: inside this thread's transaction, or as a
+ * transaction of its own. */
+int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
+{
+    if (c->readonly)
+        return QS_READONLY;
+    int own = cs_owns(c);
+    if (own && c->txn_error)
+        return c->txn_error;
+    if (!own) {
+        int rc = tx_writer_enter_opt(c, wait, c->lock_timeout);
+        if (rc)
+            return rc;
+        if ((rc = tx_heal(c)) != 0) {
+            tx_writer_leave(c);
+            return rc;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    return write_locked(c, fn, arg, own);
 }
 
 int cs_write(qs_casket *c, cs_write_fn fn, void *arg)
@@ -805,6 +813,20 @@ void cs_read_leave(qs_casket *c, bt_ctx *bt)
     c->pg.cached_only = 0;
     pg_trim(&c->pg, bt->wview);
     cs_view_unlock(c);
+}
+
+int cs_write_held(qs_casket *c, cs_write_fn fn, void *arg)
+{
+    /* the caller holds the interpreter's lock: another thread's call on
+     * the handle, or the unbounded work of applying buffered putdups,
+     * would stall every thread of the process with it */
+    if (!cs_in_txn(c) || c->flush_due)
+        return QS_WOULDBLOCK;
+    if (c->txn_error)
+        return c->txn_error;
+    if (pthread_mutex_trylock(&c->mu) != 0)
+        return QS_WOULDBLOCK;
+    return write_locked(c, fn, arg, 1);
 }
 
 int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)

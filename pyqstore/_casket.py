@@ -42,16 +42,7 @@ _qs_putkeep = lib.qs_putkeep
 _qs_putdup = lib.qs_putdup
 _qs_get = lib.qs_get
 _qs_get_into = lib.qs_get_into
-try:
-    # The get that keeps the GIL (see pyqstore/_heldcalls.c): built on
-    # CPython's limited API, absent elsewhere (PyPy, free-threaded and
-    # debug builds), where every get goes through cffi.
-    from . import _heldcalls
-except ImportError:  # pragma: no cover - depends on the interpreter
-    _held_get: Optional[Callable[[int, bytes], Union[bytes, int]]] = None
-else:
-    _heldcalls.install(int(ffi.cast("uintptr_t", ffi.addressof(lib, "qs_get_nowait"))))
-    _held_get = _heldcalls.get
+from ._held import held_get as _held_get
 _unpack = ffi.unpack
 
 _MISSING: Any = object()
@@ -225,6 +216,12 @@ class Casket(MutableMapping[bytes, bytes]):
             ``path + "-log"``).
     """
 
+    # A transaction is open on the handle: Queue.put's hint that its held
+    # call may apply (C decides; a race between threads that begin and end
+    # theirs costs a put the faster path, nothing else).  Also a class
+    # default, for a Snapshot, which never begins one.
+    _txn_open = False
+
     path: Union[str, bytes]
 
     def __init__(
@@ -247,6 +244,7 @@ class Casket(MutableMapping[bytes, bytes]):
         # opening fails.
         self._c: Any = None
         self._addr = 0      # self._c's address, for _held_get
+        self._txn_open = False      # in the instance: Queue.put reads it fastest there
         self._closing = 1
         self._close_lock = threading.Lock()
 
@@ -762,6 +760,7 @@ class Casket(MutableMapping[bytes, bytes]):
         to ``lock_timeout`` while another thread owns one, then LockedError).
         TransactionError when this thread already has one."""
         self._call("begin", lib.qs_begin)
+        self._txn_open = True
 
     def commit(self, sync: bool = True) -> None:
         """Commit this thread's transaction (durable on return when opened
@@ -775,6 +774,7 @@ class Casket(MutableMapping[bytes, bytes]):
         :meth:`sync` or a checkpoint returns.  For changes whose loss is
         harmless, at no fdatasync's cost."""
         rc = lib.qs_commit(self._c) if sync else lib.qs_commit_nosync(self._c)
+        self._txn_open = False
         if rc:
             raise self._error(rc, "commit")
 
@@ -782,6 +782,7 @@ class Casket(MutableMapping[bytes, bytes]):
         """Abandon this thread's transaction, restoring the casket exactly.
         TransactionError when this thread has none."""
         rc = lib.qs_abort(self._c)
+        self._txn_open = False
         if rc:
             raise self._error(rc, "abort")
 

@@ -25,6 +25,7 @@ from ._batch import Batch, Pending
 from .errors import DecodeError, Empty, Full, TooBigError, error_for
 
 from ._policy import QueueConfig, config_get
+from ._held import held_put as _held_put
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -55,6 +56,7 @@ lib.qs_set_wait_slice(WAIT_SLICE)
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
+_WOULDBLOCK = lib.QS_WOULDBLOCK
 _QFULL = lib.QS_QFULL
 _ERRNO_FLOOR = -4096   # qs_queue_put_id returns an errno e as -e, above this
 _qs_put_framed = lib.qs_queue_put_framed
@@ -522,7 +524,7 @@ class Queue(Generic[T]):
     # cleanly with ClosedError.
     # _q names the queue once for qs_queue_put_id (fewer arguments per put:
     # each costs ~25 ns in a cffi call); it holds nothing of the casket.
-    __slots__ = ("_casket", "_c", "_q", "_key", "_klen", "_codec", "name")
+    __slots__ = ("_casket", "_c", "_q", "_qaddr", "_key", "_klen", "_codec", "name")
 
     def __init__(self, casket: "Casket", name: str,
                  codec: Union[None, CodecName, Codec[T]] = None) -> None:
@@ -537,6 +539,7 @@ class Queue(Generic[T]):
         if rc:
             self._raise(rc, "queue")
         self._q = ffi.gc(out[0], lib.qs_queue_free)
+        self._qaddr = int(ffi.cast("uintptr_t", out[0]))     # for _held_put
 
     def __repr__(self) -> str:
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
@@ -609,7 +612,14 @@ class Queue(Generic[T]):
             payload = _encoded(self._codec, payload)
         elif type(payload) is not bytes:
             payload = _raw_payload(payload)
-        r: int = _qs_put_id(self._q, payload, len(payload))
+        # Inside this thread's transaction a put waits for nobody, so the
+        # call keeps the GIL (see _heldcalls.c); elsewhere it answers
+        # QS_WOULDBLOCK, having done nothing, and the put goes through cffi
+        # (an autocommit put, with no transaction open, does not try).
+        r: int
+        if not self._casket._txn_open or _held_put is None or \
+                (r := _held_put(self._qaddr, payload)) == _WOULDBLOCK:
+            r = _qs_put_id(self._q, payload, len(payload))
         if r < 0:
             if r == _QFULL:
                 return self._put_wait(payload, _timeout_arg(block, timeout))

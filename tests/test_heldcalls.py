@@ -1,7 +1,7 @@
-"""Casket.get's call that keeps the GIL (pyqstore/_heldcalls.c over
-qs_get_nowait): it is built where cffi's module is, answers what the cffi
-call answers for every key and value length, and hands over to the cffi call
-where it would have waited."""
+"""The calls that keep the GIL (pyqstore/_heldcalls.c): Casket.get's over
+qs_get_nowait and Queue.put's over qs_queue_put_held.  They are built where
+cffi's module is, answer what the cffi call answers, and hand over to the
+cffi call where they would have waited."""
 from __future__ import annotations
 
 import platform
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pyqstore
-from pyqstore import _casket
+from pyqstore import _casket, _queue
 from pyqstore._qstore import lib
 
 LIMITED_API = (platform.python_implementation() == "CPython"
@@ -25,6 +25,7 @@ def test_built_where_the_limited_api_is():
     # setup.py builds it exactly where cffi's module uses the limited API;
     # a build that lost it would pass every other test, only slower
     assert (_casket._held_get is not None) == LIMITED_API
+    assert (_queue._held_put is not None) == LIMITED_API
 
 
 needs_held = pytest.mark.skipif(not LIMITED_API, reason="no _heldcalls on this interpreter")
@@ -158,3 +159,85 @@ def test_a_transactions_buffered_putdups_are_read_through_cffi(casket):
         assert casket.get(b"d") == b"first"         # applied, then read
         assert _casket._held_get(casket._addr, b"d") == b"first"
     assert casket.get(b"d") == b"first"
+
+
+@needs_held
+def test_a_held_put_goes_in_only_inside_the_callers_transaction(casket):
+    from pyqstore import _heldcalls
+    q = casket.queue("q")
+    assert _heldcalls.put(q._qaddr, b"x") == lib.QS_WOULDBLOCK     # no transaction
+    assert len(q) == 0
+    with casket.transaction():
+        first = _heldcalls.put(q._qaddr, b"a")
+        assert first >= 1 and q.put(b"b") == first + 1 and len(q) == 2
+    assert q.get_many(10) == [b"a", b"b"]
+    with pytest.raises(TypeError, match="bytes"):
+        _heldcalls.put(q._qaddr, "a")
+    with pytest.raises(TypeError):
+        _heldcalls.put(q._qaddr)
+    c = pyqstore.open(casket.path, sync=False)
+    q2 = c.queue("q")
+    c.begin()
+    c.close()                                   # the transaction goes with it
+    assert _heldcalls.put(q2._qaddr, b"x") == lib.QS_CLOSED
+    with pytest.raises(pyqstore.ClosedError):
+        q2.put(b"x")
+
+
+@needs_held
+def test_puts_in_a_transaction_take_the_held_call_and_match_the_cffi_ones(casket, monkeypatch):
+    codes: list[int] = []
+    held = _queue._held_put
+
+    def recording(qa, payload):
+        r = held(qa, payload)
+        codes.append(r)
+        return r
+
+    monkeypatch.setattr(_queue, "_held_put", recording)
+    q = casket.queue("q", "pickle")
+    outside = [q.put(("out", i)) for i in range(3)]
+    assert codes == []                          # no transaction open: not tried
+    with casket.transaction():
+        inside = [q.put(("in", i)) for i in range(50)]
+    assert codes == inside                      # every one went in held
+    casket.begin()
+    q.put("dropped")
+    casket.abort()                              # a held put goes with its transaction
+    assert inside == list(range(outside[-1] + 1, outside[-1] + 51))
+    assert q.get_many(100) == [("out", i) for i in range(3)] + [("in", i) for i in range(50)]
+    bounded = casket.queue("b", maxsize=1)
+    with casket.transaction():
+        bounded.put(b"1")
+        with pytest.raises(pyqstore.Full):
+            bounded.put(b"2", block=False)
+        q.put("after the refusal")              # the transaction goes on
+    assert len(bounded) == 1 and q.get() == "after the refusal"
+
+
+@needs_held
+def test_a_put_beside_another_threads_transaction_waits_through_cffi(casket):
+    """Another thread's transaction is open (the hint says try): the held
+    call refuses this thread (not its transaction) and the cffi put waits
+    for the write lock, landing after the commit."""
+    q = casket.queue("q")
+    began, done = threading.Event(), threading.Event()
+
+    def writer():
+        with casket.transaction():
+            q.put(b"first")
+            began.set()
+            done.wait(10)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert began.wait(10)
+    got: list[int] = []
+    putter = threading.Thread(target=lambda: got.append(q.put(b"second")))
+    putter.start()
+    putter.join(0.3)
+    assert putter.is_alive() and not got       # waiting for the write lock
+    done.set()
+    t.join()
+    putter.join(10)
+    assert got and q.get_many(10) == [b"first", b"second"]
