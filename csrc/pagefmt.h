@@ -66,16 +66,24 @@ static inline void wr64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
  * page's free gap, or the zeros that end any other page's usable area.
  * Log frames leave them out and page checksums skip them, so a tree page's
  * gap may hold anything in memory (it reads back as zeros from the log). */
+/* A tree page's free gap [*start, *end): 1, or 0 (start, end untouched)
+ * when pg is not a tree page or its header names no gap inside it. */
+static inline int tree_gap(const uint8_t *pg, uint32_t *start, uint32_t *end)
+{
+    if (pg[0] != PT_LEAF && pg[0] != PT_INTERIOR)
+        return 0;
+    uint32_t lo = TREE_HDR + 2u * rd16(pg + TREE_NCELLS), hi = rd16(pg + TREE_CSTART);
+    if (lo > hi || hi > PG_USABLE)
+        return 0;
+    *start = lo;
+    *end = hi;
+    return 1;
+}
+
 static inline void page_hole(const uint8_t *pg, uint32_t *start, uint32_t *end)
 {
-    if (pg[0] == PT_LEAF || pg[0] == PT_INTERIOR) {
-        uint32_t lo = TREE_HDR + 2u * rd16(pg + TREE_NCELLS), hi = rd16(pg + TREE_CSTART);
-        if (lo <= hi && hi <= PG_USABLE) {
-            *start = lo;
-            *end = hi;
-            return;
-        }
-    }
+    if (tree_gap(pg, start, end))
+        return;
     uint32_t e = PG_USABLE;
     while (e >= 8 && rd64(pg + e - 8) == 0)
         e -= 8;

@@ -485,6 +485,21 @@ int pg_get_mine(pager *p, uint32_t pgno, uint8_t **out, int *mine)
     return 0;
 }
 
+/* The writer's copy of a committed image.  A tree page's gap may hold
+ * anything in memory (pagefmt.h), so a copy-on-write costs what the page
+ * holds: most of a queue's leaf, whose head is taken and tail appended at
+ * every commit, is gap. */
+static void copy_image(uint8_t *dst, const uint8_t *src)
+{
+    uint32_t hs, he;
+    if (!tree_gap(src, &hs, &he)) {
+        memcpy(dst, src, PG_SIZE);
+        return;
+    }
+    memcpy(dst, src, hs);
+    memcpy(dst + he, src + he, PG_SIZE - he);
+}
+
 int pg_write(pager *p, uint32_t pgno, uint8_t **out)
 {
     pg_buf *b, *c;
@@ -498,7 +513,7 @@ int pg_write(pager *p, uint32_t pgno, uint8_t **out)
             return rc;
         if (!(b = buf_new(p)))
             return QS_NOMEM;
-        memcpy(b->data, c->data, PG_SIZE);
+        copy_image(b->data, c->data);
         b->checked = c->checked;
         if ((rc = cache_insert(p, &p->dirty, pgno, b)) != 0)
             return rc;
