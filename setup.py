@@ -45,6 +45,7 @@ if _limited_api():
     # wheel was built for (InvalidLibcError).
     _EXTENSIONS.append(Extension(
         "pyqstore._heldcalls", ["pyqstore/_heldcalls.c"], py_limited_api=True,
+        include_dirs=["csrc"],
         extra_compile_args=["-O2", "-std=c11"],
         extra_link_args=["-Wl,--no-as-needed", "-lc"]))
 

@@ -216,12 +216,6 @@ class Casket(MutableMapping[bytes, bytes]):
             ``path + "-log"``).
     """
 
-    # A transaction is open on the handle: Queue.put's hint that its held
-    # call may apply (C decides; a race between threads that begin and end
-    # theirs costs a put the faster path, nothing else).  Also a class
-    # default, for a Snapshot, which never begins one.
-    _txn_open = False
-
     path: Union[str, bytes]
 
     def __init__(
@@ -244,7 +238,6 @@ class Casket(MutableMapping[bytes, bytes]):
         # opening fails.
         self._c: Any = None
         self._addr = 0      # self._c's address, for _held_get
-        self._txn_open = False      # in the instance: Queue.put reads it fastest there
         self._closing = 1
         self._close_lock = threading.Lock()
 
@@ -760,7 +753,6 @@ class Casket(MutableMapping[bytes, bytes]):
         to ``lock_timeout`` while another thread owns one, then LockedError).
         TransactionError when this thread already has one."""
         self._call("begin", lib.qs_begin)
-        self._txn_open = True
 
     def commit(self, sync: bool = True) -> None:
         """Commit this thread's transaction (durable on return when opened
@@ -774,7 +766,6 @@ class Casket(MutableMapping[bytes, bytes]):
         :meth:`sync` or a checkpoint returns.  For changes whose loss is
         harmless, at no fdatasync's cost."""
         rc = lib.qs_commit(self._c) if sync else lib.qs_commit_nosync(self._c)
-        self._txn_open = False
         if rc:
             raise self._error(rc, "commit")
 
@@ -782,7 +773,6 @@ class Casket(MutableMapping[bytes, bytes]):
         """Abandon this thread's transaction, restoring the casket exactly.
         TransactionError when this thread has none."""
         rc = lib.qs_abort(self._c)
-        self._txn_open = False
         if rc:
             raise self._error(rc, "abort")
 

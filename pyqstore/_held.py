@@ -1,23 +1,34 @@
-"""The library's calls that keep the GIL (pyqstore/_heldcalls.c), installed
-once: Casket.get's and Queue.put's.  The extension is built on CPython's
-limited API and is absent elsewhere (PyPy, free-threaded and debug
-builds): there both are None and every call goes through cffi."""
+"""The library's calls made from pyqstore/_heldcalls.c rather than
+through cffi, installed once: Casket.get's, which keeps the GIL;
+Queue.put's append, which keeps it inside the caller's transaction and
+releases it once elsewhere; and Queue.get's take, which releases it once.
+The extension is built on CPython's limited API and is absent elsewhere
+(PyPy, free-threaded and debug builds): there all three are None and
+every call goes through cffi."""
 from __future__ import annotations
 
 from typing import Callable, Optional, Union
 
 from ._qstore import ffi, lib
 
-__all__ = ["held_get", "held_put"]
+__all__ = ["append", "held_get", "take"]
 
 held_get: Optional[Callable[[int, bytes], Union[bytes, int]]]
-held_put: Optional[Callable[[int, bytes], int]]
+append: Optional[Callable[[int, bytes], int]]
+take: Optional[Callable[[int, bytes, float], Union[bytes, int]]]
+
+
+def _address(name: str) -> int:
+    return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+
+
 try:
     from . import _heldcalls
 except ImportError:  # pragma: no cover - depends on the interpreter
-    held_get = held_put = None
+    held_get = append = take = None
 else:
-    _heldcalls.install(int(ffi.cast("uintptr_t", ffi.addressof(lib, "qs_get_nowait"))),
-                       int(ffi.cast("uintptr_t", ffi.addressof(lib, "qs_queue_put_held"))))
+    _heldcalls.install(_address("qs_get_nowait"), _address("qs_queue_put_held"),
+                       _address("qs_queue_put_id"), _address("qs_queue_get"), _address("qs_items_free"))
     held_get = _heldcalls.get
-    held_put = _heldcalls.put
+    append = _heldcalls.append
+    take = _heldcalls.take

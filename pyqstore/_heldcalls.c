@@ -1,6 +1,7 @@
 /*
- * _heldcalls.c -- pyqstore._heldcalls: the library's calls that run
- * holding the interpreter's lock (the GIL).
+ * _heldcalls.c -- pyqstore._heldcalls: the library's calls made from a
+ * small module of our own rather than through cffi, most of them holding
+ * the interpreter's lock (the GIL) throughout.
  *
  * Why a module of its own: cffi releases the GIL around every C call, and
  * for a call as short as a get of a small value the release is the larger
@@ -16,11 +17,13 @@
  * qs_queue_put_held, which puts only inside the calling thread's own
  * transaction: 4,127 instructions per put in a transaction before, of which
  * 1,069 were the library's; the cffi call's argument conversion, its tuple
- * and the GIL's release and retake were about 950 of the rest.
+ * and the GIL's release and retake were about 950 of the rest.  take(),
+ * Queue.get's call, commits and may wait, so it releases the GIL for that
+ * -- once, where cffi's path released it twice (see take()).
  *
  * The library itself is linked into pyqstore._qstore only (one copy of its
- * process-wide state): pyqstore._casket passes the addresses of
- * qs_get_nowait and qs_queue_put_held to install() at import.  Limited API
+ * process-wide state): pyqstore._held passes the addresses of the calls
+ * to install() at import.  Limited API
  * (3.10), like the cffi module.
  */
 #define PY_SSIZE_T_CLEAN
@@ -30,13 +33,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int (*get_nowait_fn)(void *c, const void *key, size_t klen, void *buf, size_t cap,
-                             size_t *vlen);
+#include "qstore.h"
 
-typedef int64_t (*put_held_fn)(void *q, const void *val, size_t vlen);
+/* The library's calls, by the types of qstore.h's prototypes (the module
+ * does not link the library: install() hands it the addresses). */
+typedef int (*get_nowait_fn)(qs_casket *c, const void *key, size_t klen, void *buf, size_t cap,
+                             size_t *vlen);
+typedef int64_t (*put_held_fn)(qs_queue *q, const void *val, size_t vlen);
+typedef int64_t (*put_id_fn)(qs_queue *q, const void *val, size_t vlen);
+typedef int (*queue_get_fn)(qs_casket *c, const void *name, size_t nlen, size_t max,
+                            double timeout, qs_items **out);
+typedef void (*items_free_fn)(qs_items *items);
 
 static get_nowait_fn get_nowait;
 static put_held_fn put_held;
+static put_id_fn put_id;
+static queue_get_fn queue_get;
+static items_free_fn items_free;
 
 /* Values up to this long come back as bytes from one call; a longer one
  * comes back as HELD_TOO_LONG and the caller's general path reads it. */
@@ -54,45 +67,64 @@ static void *address_of(PyObject *address, const char *what)
 static PyObject *install(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError,
-                        "install(qs_get_nowait, qs_queue_put_held) takes two addresses");
+    static const char *const names[] = {"qs_get_nowait", "qs_queue_put_held", "qs_queue_put_id",
+                                        "qs_queue_get", "qs_items_free"};
+    enum { N = sizeof names / sizeof names[0] };
+    void *addr[N];
+    if (nargs != N) {
+        PyErr_SetString(PyExc_TypeError, "install(qs_get_nowait, qs_queue_put_held, "
+                        "qs_queue_put_id, qs_queue_get, qs_items_free) takes five addresses");
         return NULL;
     }
-    void *g = address_of(args[0], "qs_get_nowait");
-    void *p = g ? address_of(args[1], "qs_queue_put_held") : NULL;
-    if (!p)
-        return NULL;
-    get_nowait = (get_nowait_fn)(uintptr_t)g;
-    put_held = (put_held_fn)(uintptr_t)p;
+    for (int i = 0; i < N; i++)
+        if (!(addr[i] = address_of(args[i], names[i])))
+            return NULL;
+    get_nowait = (get_nowait_fn)(uintptr_t)addr[0];
+    put_held = (put_held_fn)(uintptr_t)addr[1];
+    put_id = (put_id_fn)(uintptr_t)addr[2];
+    queue_get = (queue_get_fn)(uintptr_t)addr[3];
+    items_free = (items_free_fn)(uintptr_t)addr[4];
     Py_RETURN_NONE;
 }
 
+/* The arguments every call starts with: an address (args[0]; 0 passes,
+ * and the library refuses it with QS_INVAL) and exact bytes (args[1]).
+ * call names the call and its arguments in messages; installed is false
+ * before install().  0, or -1 with an exception set. */
+static int address_and_bytes(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                             const char *call, int installed, void **addr, char **bytes,
+                             Py_ssize_t *len)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", call, want);
+        return -1;
+    }
+    if (!installed) {
+        PyErr_Format(PyExc_RuntimeError, "%s: install() was not called", call);
+        return -1;
+    }
+    if (!PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "%s: the second argument must be bytes", call);
+        return -1;
+    }
+    *addr = PyLong_AsVoidPtr(args[0]);
+    if (!*addr && PyErr_Occurred())
+        return -1;
+    return PyBytes_AsStringAndSize(args[1], bytes, len);
+}
+
 /* get(handle, key) -> bytes | int.  handle is a live qs_casket's address
- * (the caller keeps the handle alive; 0 is refused by the library with
- * QS_INVAL), key exact bytes.  The value as bytes; or an int: a qs_* code
- * (QS_NOTFOUND, QS_WOULDBLOCK, any error) or HELD_TOO_LONG. */
+ * (the caller keeps the handle alive), key exact bytes.  The value as
+ * bytes; or an int: a qs_* code (QS_NOTFOUND, QS_WOULDBLOCK, any error) or
+ * HELD_TOO_LONG. */
 static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "get(handle, key) takes two arguments");
-        return NULL;
-    }
-    if (!get_nowait) {
-        PyErr_SetString(PyExc_RuntimeError, "get: install() was not called");
-        return NULL;
-    }
-    if (!PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "get: key must be bytes");
-        return NULL;
-    }
-    void *c = PyLong_AsVoidPtr(args[0]);
-    if (!c && PyErr_Occurred())
-        return NULL;
+    void *c;
     char *key;
     Py_ssize_t klen;
-    if (PyBytes_AsStringAndSize(args[1], &key, &klen) < 0)
+    if (address_and_bytes(args, nargs, 2, "get(handle, key)", get_nowait != NULL, &c, &key,
+                          &klen) < 0)
         return NULL;
     char buf[HELD_BUF];
     size_t vlen = 0;
@@ -111,35 +143,89 @@ static PyObject *get(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "put(queue, payload) takes two arguments");
-        return NULL;
-    }
-    if (!put_held) {
-        PyErr_SetString(PyExc_RuntimeError, "put: install() was not called");
-        return NULL;
-    }
-    if (!PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "put: payload must be bytes");
-        return NULL;
-    }
-    void *q = PyLong_AsVoidPtr(args[0]);
-    if (!q && PyErr_Occurred())
-        return NULL;
+    void *q;
     char *val;
     Py_ssize_t vlen;
-    if (PyBytes_AsStringAndSize(args[1], &val, &vlen) < 0)
+    if (address_and_bytes(args, nargs, 2, "put(queue, payload)", put_held != NULL, &q, &val,
+                          &vlen) < 0)
         return NULL;
     return PyLong_FromLongLong(put_held(q, val, (size_t)vlen));
 }
 
+/* append(queue, payload) -> int.  Queue.put's call: put() where it keeps
+ * the GIL, and where that answers QS_WOULDBLOCK (no transaction of this
+ * thread is open, or another thread is inside a call on the handle)
+ * qs_queue_put_id with the GIL released, as through cffi: the id, or a
+ * negative code (QS_QFULL: the queue is bounded and full, wait through
+ * the general path). */
+static PyObject *append(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    void *q;
+    char *val;
+    Py_ssize_t vlen;
+    if (address_and_bytes(args, nargs, 2, "append(queue, payload)", put_id != NULL, &q, &val,
+                          &vlen) < 0)
+        return NULL;
+    int64_t r = put_held(q, val, (size_t)vlen);
+    if (r == QS_WOULDBLOCK) {
+        Py_BEGIN_ALLOW_THREADS
+        r = put_id(q, val, (size_t)vlen);
+        Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLongLong(r);
+}
+
+/* take(handle, name, timeout) -> bytes | int.  The one call that does
+ * not keep the GIL: a get takes the write lock and commits, and may wait
+ * for an item, so qs_queue_get runs with the GIL released, as through
+ * cffi.  What it saves is the rest of cffi's get: a second release and
+ * retake for qs_items_free, the qs_items ** cell, the buffer object and
+ * its slice (about 2,700 instructions of a 22,000-instruction put-and-get
+ * pair, bench/callgrind_check.py queue_churn).  handle is a live
+ * qs_casket's address, name a queue's name as exact bytes (kept alive by
+ * the argument tuple while the GIL is released), timeout as
+ * qs_queue_get's.  The oldest available item as bytes, or an int: a qs_*
+ * code (QS_NOTFOUND, QS_INTR: run the handlers and call again with the
+ * time left, any error).  A MemoryError making the bytes loses the item
+ * taken, as the cffi path's copy would. */
+static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    void *c;
+    char *name;
+    Py_ssize_t nlen;
+    if (address_and_bytes(args, nargs, 3, "take(handle, name, timeout)", queue_get != NULL, &c,
+                          &name, &nlen) < 0)
+        return NULL;
+    double timeout = PyFloat_AsDouble(args[2]);
+    if (timeout == -1.0 && PyErr_Occurred())
+        return NULL;
+    qs_items *items = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = queue_get(c, name, (size_t)nlen, 1, timeout, &items);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return PyLong_FromLong(rc);
+    PyObject *item = PyBytes_FromStringAndSize((const char *)items->data + items->off[0],
+                                               (Py_ssize_t)(items->off[1] - items->off[0]));
+    items_free(items);
+    return item;
+}
+
 static PyMethodDef methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
-     "install(address of qs_get_nowait, address of qs_queue_put_held)"},
+     "install(addresses of qs_get_nowait, qs_queue_put_held, qs_queue_put_id, qs_queue_get, "
+     "qs_items_free)"},
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(queue, payload) -> the id, or a qs_* code (QS_WOULDBLOCK: not held)"},
     {"get", (PyCFunction)(void (*)(void))get, METH_FASTCALL,
      "get(handle, key) -> bytes, or an int: a qs_* code or 1 (too long)"},
+    {"append", (PyCFunction)(void (*)(void))append, METH_FASTCALL,
+     "append(queue, payload) -> the id, or a negative qs_* code"},
+    {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+     "take(handle, name, timeout) -> the oldest item as bytes, or a qs_* code"},
     {NULL, NULL, 0, NULL},
 };
 

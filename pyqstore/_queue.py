@@ -25,7 +25,8 @@ from ._batch import Batch, Pending
 from .errors import DecodeError, Empty, Full, TooBigError, error_for
 
 from ._policy import QueueConfig, config_get
-from ._held import held_put as _held_put
+from ._held import append as _append
+from ._held import take as _take
 
 if TYPE_CHECKING:
     from ._casket import Casket
@@ -56,7 +57,6 @@ lib.qs_set_wait_slice(WAIT_SLICE)
 _INVAL = lib.QS_INVAL
 _MAX_NAME = lib.QS_MAX_QUEUE_NAME
 _qs_put_id = lib.qs_queue_put_id
-_WOULDBLOCK = lib.QS_WOULDBLOCK
 _QFULL = lib.QS_QFULL
 _ERRNO_FLOOR = -4096   # qs_queue_put_id returns an errno e as -e, above this
 _qs_put_framed = lib.qs_queue_put_framed
@@ -524,7 +524,7 @@ class Queue(Generic[T]):
     # cleanly with ClosedError.
     # _q names the queue once for qs_queue_put_id (fewer arguments per put:
     # each costs ~25 ns in a cffi call); it holds nothing of the casket.
-    __slots__ = ("_casket", "_c", "_q", "_qaddr", "_key", "_klen", "_codec", "name")
+    __slots__ = ("_casket", "_c", "_caddr", "_q", "_qaddr", "_key", "_klen", "_codec", "name")
 
     def __init__(self, casket: "Casket", name: str,
                  codec: Union[None, CodecName, Codec[T]] = None) -> None:
@@ -532,6 +532,7 @@ class Queue(Generic[T]):
         self.name = name
         self._casket = casket
         self._c = casket._c
+        self._caddr = casket._addr      # self._c's address, for _take
         self._klen = len(self._key)
         self._codec = resolve_codec(codec)
         out = _new("qs_queue **")
@@ -539,7 +540,7 @@ class Queue(Generic[T]):
         if rc:
             self._raise(rc, "queue")
         self._q = ffi.gc(out[0], lib.qs_queue_free)
-        self._qaddr = int(ffi.cast("uintptr_t", out[0]))     # for _held_put
+        self._qaddr = int(ffi.cast("uintptr_t", out[0]))     # for _append
 
     def __repr__(self) -> str:
         return f"<pyqstore.Queue {self.name!r} of {self._casket.path!r}>"
@@ -612,14 +613,11 @@ class Queue(Generic[T]):
             payload = _encoded(self._codec, payload)
         elif type(payload) is not bytes:
             payload = _raw_payload(payload)
-        # Inside this thread's transaction a put waits for nobody, so the
-        # call keeps the GIL (see _heldcalls.c); elsewhere it answers
-        # QS_WOULDBLOCK, having done nothing, and the put goes through cffi
-        # (an autocommit put, with no transaction open, does not try).
-        r: int
-        if not self._casket._txn_open or _held_put is None or \
-                (r := _held_put(self._qaddr, payload)) == _WOULDBLOCK:
-            r = _qs_put_id(self._q, payload, len(payload))
+        # _append (see _heldcalls.c) keeps the GIL inside this thread's
+        # transaction, where a put waits for nobody, and elsewhere releases
+        # it once for the put; without the extension, the cffi call.
+        r: int = _qs_put_id(self._q, payload, len(payload)) if _append is None \
+            else _append(self._qaddr, payload)
         if r < 0:
             if r == _QFULL:
                 return self._put_wait(payload, _timeout_arg(block, timeout))
@@ -949,20 +947,33 @@ class Queue(Generic[T]):
                 lib.qs_queue_release(self._c, self._key, self._klen, i, token)
 
     def _get_one(self, timeout: float) -> T:
-        # get()'s own path: one item, no lists, a per-thread out-parameter.
+        # get()'s own path: one item, no lists.  _take (see _heldcalls.c)
+        # is qs_queue_get made with one release of the GIL, giving bytes;
+        # without the extension, the cffi call and a per-thread out-cell.
         codec = self._codec
         if codec is not None:
             return self._get_decoded(codec, 1, timeout, "get")[0]
+        if _take is not None:
+            r = _take(self._caddr, self._key, timeout)
+            if type(r) is bytes:
+                return r    # type: ignore[return-value]  # T is bytes without a codec
+            # A signal ended the wait (QS_INTR) with nothing taken; Python
+            # ran its handler as the call returned, and if that did not
+            # raise, the wait goes on for the time it had left.
+            while r == _INTR:
+                r = _take(self._caddr, self._key, _wait_left())
+                if type(r) is bytes:
+                    return r    # type: ignore[return-value]
+            if r == _NOTFOUND:
+                raise Empty(f"queue {self.name!r} is empty")
+            self._raise(int(r), "get")
         try:
             out = _tls.items
         except AttributeError:
             out = _tls.items = _new("qs_items **")
         rc = _qs_get(self._c, self._key, self._klen, 1, timeout, out)
         if rc:
-            # A signal ended the wait (QS_INTR) with nothing taken; Python
-            # ran its handler as the call returned, and if that did not
-            # raise, the wait goes on for the time it had left.
-            while rc == _INTR:
+            while rc == _INTR:      # as above
                 rc = _qs_get(self._c, self._key, self._klen, 1, _wait_left(), out)
             if rc == _NOTFOUND:
                 raise Empty(f"queue {self.name!r} is empty")

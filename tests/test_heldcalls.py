@@ -1,10 +1,16 @@
-"""The calls that keep the GIL (pyqstore/_heldcalls.c): Casket.get's over
-qs_get_nowait and Queue.put's over qs_queue_put_held.  They are built where
-cffi's module is, answer what the cffi call answers, and hand over to the
-cffi call where they would have waited."""
+"""The calls made from pyqstore/_heldcalls.c rather than through cffi:
+Casket.get's over qs_get_nowait and put over qs_queue_put_held, which keep
+the GIL and hand over to the cffi call where they would have waited;
+Queue.put's append, held inside the caller's transaction and with the GIL
+released once elsewhere; Queue.get's take, with the GIL released once.
+They are built where cffi's module is and answer what the cffi call
+answers."""
 from __future__ import annotations
 
+import collections
+import os
 import platform
+import signal
 import sys
 import sysconfig
 import threading
@@ -25,7 +31,8 @@ def test_built_where_the_limited_api_is():
     # setup.py builds it exactly where cffi's module uses the limited API;
     # a build that lost it would pass every other test, only slower
     assert (_casket._held_get is not None) == LIMITED_API
-    assert (_queue._held_put is not None) == LIMITED_API
+    assert (_queue._append is not None) == LIMITED_API
+    assert (_queue._take is not None) == LIMITED_API
 
 
 needs_held = pytest.mark.skipif(not LIMITED_API, reason="no _heldcalls on this interpreter")
@@ -185,34 +192,153 @@ def test_a_held_put_goes_in_only_inside_the_callers_transaction(casket):
 
 
 @needs_held
-def test_puts_in_a_transaction_take_the_held_call_and_match_the_cffi_ones(casket, monkeypatch):
-    codes: list[int] = []
-    held = _queue._held_put
-
-    def recording(qa, payload):
-        r = held(qa, payload)
-        codes.append(r)
-        return r
-
-    monkeypatch.setattr(_queue, "_held_put", recording)
-    q = casket.queue("q", "pickle")
-    outside = [q.put(("out", i)) for i in range(3)]
-    assert codes == []                          # no transaction open: not tried
-    with casket.transaction():
-        inside = [q.put(("in", i)) for i in range(50)]
-    assert codes == inside                      # every one went in held
-    casket.begin()
-    q.put("dropped")
-    casket.abort()                              # a held put goes with its transaction
-    assert inside == list(range(outside[-1] + 1, outside[-1] + 51))
-    assert q.get_many(100) == [("out", i) for i in range(3)] + [("in", i) for i in range(50)]
+def test_append_commits_outside_a_transaction_and_joins_one_inside(casket):
+    from pyqstore import _heldcalls
+    q = casket.queue("q")
+    other = pyqstore.open(casket.path, sync=False)
+    try:
+        first = _heldcalls.append(q._qaddr, b"alone")     # its own commit
+        assert first >= 1 and other.queue("q").peek() == b"alone"
+        with casket.transaction():
+            ids = [_heldcalls.append(q._qaddr, b"in%d" % i) for i in range(5)]
+            assert len(other.queue("q")) == 1             # not committed yet
+        assert ids == list(range(first + 1, first + 6))
+        casket.begin()
+        _heldcalls.append(q._qaddr, b"dropped")
+        casket.abort()                                    # goes with its transaction
+        assert other.queue("q").get_many(10) == [b"alone"] + [b"in%d" % i for i in range(5)]
+    finally:
+        other.close()
     bounded = casket.queue("b", maxsize=1)
+    assert _heldcalls.append(bounded._qaddr, b"1") >= 1
+    assert _heldcalls.append(bounded._qaddr, b"2") == lib.QS_QFULL    # outside: no wait here
     with casket.transaction():
-        bounded.put(b"1")
+        assert _heldcalls.append(bounded._qaddr, b"2") == lib.QS_QFULL
         with pytest.raises(pyqstore.Full):
             bounded.put(b"2", block=False)
-        q.put("after the refusal")              # the transaction goes on
-    assert len(bounded) == 1 and q.get() == "after the refusal"
+        q.put(b"after the refusal")                       # the transaction goes on
+    assert len(bounded) == 1 and q.get() == b"after the refusal"
+    with pytest.raises(TypeError, match="bytes"):
+        _heldcalls.append(q._qaddr, "a")
+    with pytest.raises(TypeError):
+        _heldcalls.append(q._qaddr)
+
+
+@needs_held
+def test_take_answers_like_the_cffi_get(casket):
+    from pyqstore import _heldcalls
+    q = casket.queue("q")
+    h = casket._addr
+    want = [os.urandom(n) for n in (0, 1, 4096, 4097, 300_000)]
+    for p in want:
+        q.put(p)
+    assert [_heldcalls.take(h, q._key, 0.0) for _ in want] == want
+    assert _heldcalls.take(h, q._key, 0.0) == lib.QS_NOTFOUND
+    with pytest.raises(pyqstore.Empty):
+        q.get_nowait()
+    assert _heldcalls.take(h, b"", 0.0) == lib.QS_INVAL               # a bad name
+    assert _heldcalls.take(h, q._key, float("nan")) == lib.QS_INVAL
+    assert _heldcalls.take(0, q._key, 0.0) == lib.QS_INVAL
+    with pytest.raises(TypeError):
+        _heldcalls.take(h, q._key, "soon")
+    with pytest.raises(TypeError, match="bytes"):
+        _heldcalls.take(h, "q", 0.0)
+    with pytest.raises(TypeError):
+        _heldcalls.take(h, q._key)
+
+
+@needs_held
+def test_take_releases_the_gil_while_it_waits(casket):
+    """A get waiting for an item: another Python thread must run (it puts
+    the item), which it could not if take held the GIL through the wait."""
+    q = casket.queue("q")
+    t = threading.Timer(0.2, lambda: q.put(b"late"))
+    t.start()
+    try:
+        assert q.get(timeout=10) == b"late"
+    finally:
+        t.cancel()
+        t.join()
+
+
+@needs_held
+def test_take_goes_on_waiting_after_a_signal_handler(casket):
+    q = casket.queue("q")
+    ran: list[int] = []
+    old = signal.signal(signal.SIGALRM, lambda *a: ran.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        threading.Timer(0.5, lambda: q.put(b"after")).start()
+        assert q.get(timeout=10) == b"after"        # QS_INTR, then on waiting
+        assert ran == [1]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@needs_held
+def test_a_closed_casket_refuses_take_and_append(path):
+    from pyqstore import _heldcalls
+    c = pyqstore.open(path, "n", sync=False)
+    q = c.queue("q")
+    q.put(b"x")
+    c.close()
+    assert _heldcalls.take(q._caddr, q._key, 0.0) == lib.QS_CLOSED
+    assert _heldcalls.append(q._qaddr, b"y") == lib.QS_CLOSED
+    with pytest.raises(pyqstore.ClosedError):
+        q.get_nowait()
+    with pytest.raises(pyqstore.ClosedError):
+        q.put(b"y")
+
+
+ops = st.lists(st.one_of(st.tuples(st.just("put"), st.binary(max_size=5000)),
+                         st.tuples(st.sampled_from(["get", "get_many", "begin", "commit",
+                                                    "abort"]), st.none())),
+               max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops)
+def test_put_and_get_match_a_deque(tmp_path_factory, ops):
+    """Queue.put (append) and get_nowait (take), mixed with get_many (the
+    cffi path) and transactions that commit or abort, against a deque:
+    every get returns the model's oldest item, ids rise, and an abort
+    restores the queue."""
+    path = str(tmp_path_factory.mktemp("take") / "c.qs")
+    model: collections.deque[bytes] = collections.deque()
+    saved: collections.deque[bytes] | None = None
+    last_id = saved_id = 0
+    with pyqstore.open(path, "n", sync=False) as c:
+        q = c.queue("q")
+        for op, arg in ops:
+            if op == "put":
+                i = q.put(arg)
+                assert i > last_id
+                last_id = i
+                model.append(arg)
+            elif op == "get":
+                if model:
+                    assert q.get_nowait() == model.popleft()
+                else:
+                    with pytest.raises(pyqstore.Empty):
+                        q.get_nowait()
+            elif op == "get_many":
+                want = [model.popleft() for _ in range(min(3, len(model)))]
+                assert q.get_many(3) == want
+            elif op == "begin" and saved is None:
+                c.begin()
+                saved, saved_id = collections.deque(model), last_id
+            elif op in ("commit", "abort") and saved is not None:
+                if op == "commit":
+                    c.commit()
+                else:
+                    c.abort()           # its ids are given again
+                    model, last_id = saved, saved_id
+                saved = None
+        if saved is not None:
+            c.abort()
+            model = saved
+        assert q.get_many(len(model) + 1) == list(model)
 
 
 @needs_held
