@@ -578,14 +578,20 @@ def test_ids_are_increasing_ints(casket):
 
 @pytest.mark.parametrize("ret, code", [(-28, 28), (-5, 5), (lib.QS_READONLY, lib.QS_READONLY),
                                        (lib.QS_CLOSED, lib.QS_CLOSED)])
-def test_put_maps_the_returned_error_to_its_code(casket, monkeypatch, ret, code):
-    """qs_queue_put_id returns an errno e as -e and QS_* codes as they are;
-    put raises the exception of the original code (ENOSPC is an OSError
-    with errno 28, not whatever -28 might be taken for)."""
+@pytest.mark.parametrize("through", ["cffi", "_heldcalls.append"])
+def test_put_maps_the_returned_error_to_its_code(casket, monkeypatch, ret, code, through):
+    """qs_queue_put_id (and _heldcalls.append, which makes it) returns an
+    errno e as -e and QS_* codes as they are; put raises the exception of
+    the original code (ENOSPC is an OSError with errno 28, not whatever -28
+    might be taken for)."""
     import pyqstore._queue as qmod
 
     q = casket.queue("q")
-    monkeypatch.setattr(qmod, "_qs_put_id", lambda *a: ret)
+    if through == "cffi":
+        monkeypatch.setattr(qmod, "_append", None)      # as where the extension is absent
+        monkeypatch.setattr(qmod, "_qs_put_id", lambda *a: ret)
+    else:
+        monkeypatch.setattr(qmod, "_append", lambda *a: ret)
     with pytest.raises(pyqstore.Error) as info:
         q.put(b"x")
     assert info.value.code == code
