@@ -1247,11 +1247,21 @@ static int put_wait(qs_casket *c, put_args *a, double timeout, uint64_t *id)
 /* One put on q, as qs_queue_put_id returns it; wait: qs_queue_put_wait's
  * waiting for room (a branch, so the plain put pays nothing for it), with
  * the priority and delay of qs_queue_put_order_wait (checked by it). */
-static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wait, double timeout,
-                              double delay, int priority)
+/* How put_one puts: at once (put_key, autocommit or in a transaction), or
+ * waiting for room in a bounded queue, or held (cs_write_held: only inside
+ * the caller's transaction, never waiting: QS_WOULDBLOCK instead). */
+enum put_mode { PUT_NOW, PUT_WAIT, PUT_HELD };
+
+static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, enum put_mode mode,
+                              double timeout, double delay, int priority)
 {
     if (!q || (!val && vlen) || isnan(timeout))
         return QS_INVAL;
+    /* an autocommit put comes to the held call first: refused at the least
+     * cost (q's casket stays allocated while q is in use, so looking is
+     * safe; cs_enter_call checks that it is open) */
+    if (mode == PUT_HELD && !cs_in_txn(q->c))
+        return QS_WOULDBLOCK;
     if (vlen > (size_t)QS_MAX_VALUE - 1)
         return QS_TOOBIG;
     int rc = cs_enter_call(q->c);
@@ -1259,11 +1269,15 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, int wai
         uint32_t len = (uint32_t)vlen;
         bt_vals v = {val, &len, 0};
         uint64_t id = 0;
-        if (wait) {
-            put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
-            rc = put_wait(q->c, &a, timeout, &id);
-        } else
+        if (mode == PUT_NOW)
             rc = put_key(q->c, q->key, q->klen, 1, v, &id);
+        else {
+            put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
+            if (mode == PUT_WAIT)
+                rc = put_wait(q->c, &a, timeout, &id);
+            else if ((rc = cs_write_held(q->c, put_fn, &a)) == 0)
+                id = a.first_id;
+        }
         cs_leave_call(q->c);
         if (rc == 0)
             return (int64_t)id;
@@ -1282,35 +1296,17 @@ int qq_queue_hash(const void *name, size_t nlen, uint64_t *hash)
 
 int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen)
 {
-    return put_one(q, val, vlen, 0, 0, 0, 0);
+    return put_one(q, val, vlen, PUT_NOW, 0, 0, 0);
 }
 
 int64_t qs_queue_put_held(qs_queue *q, const void *val, size_t vlen)
 {
-    if (!q || (!val && vlen))
-        return QS_INVAL;
-    /* an autocommit put comes here first: refused at the least cost (q's
-     * casket stays allocated while q is in use, so looking is safe; the
-     * call below checks that it is open) */
-    if (!cs_in_txn(q->c))
-        return QS_WOULDBLOCK;
-    if (vlen > (size_t)QS_MAX_VALUE - 1)
-        return QS_TOOBIG;
-    int rc = cs_enter_call(q->c);
-    if (rc == 0) {
-        uint32_t len = (uint32_t)vlen;
-        put_args a = {q->key, q->klen, 1, {val, &len, 0}, 0, 0, 0};
-        rc = cs_write_held(q->c, put_fn, &a);
-        cs_leave_call(q->c);
-        if (rc == 0)
-            return (int64_t)a.first_id;
-    }
-    return rc < 0 ? rc : -(int64_t)rc;
+    return put_one(q, val, vlen, PUT_HELD, 0, 0, 0);
 }
 
 int64_t qs_queue_put_wait(qs_queue *q, const void *val, size_t vlen, double timeout)
 {
-    return put_one(q, val, vlen, 1, timeout, 0, 0);
+    return put_one(q, val, vlen, PUT_WAIT, timeout, 0, 0);
 }
 
 int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, double delay,
@@ -1318,7 +1314,7 @@ int64_t qs_queue_put_order_wait(qs_queue *q, const void *val, size_t vlen, doubl
 {
     if (check_order(delay, priority))
         return QS_INVAL;
-    return put_one(q, val, vlen, 1, timeout, delay, priority);
+    return put_one(q, val, vlen, PUT_WAIT, timeout, delay, priority);
 }
 
 /* ---- config ---------------------------------------------------------------- */

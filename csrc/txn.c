@@ -642,19 +642,26 @@ static int commit_and_leave(qs_casket *c)
     return rc == 0 && lsn ? tx_group_sync(c, lsn) : rc;
 }
 
+/* Takes the write lock (tx_writer_enter_opt with the handle's lock
+ * timeout) and then heals a log that a failed checkpoint left unusable:
+ * 0 with the lock held, or the error with it let go. */
+static int writer_enter_healed(qs_casket *c, int wait)
+{
+    int rc = tx_writer_enter_opt(c, wait, c->lock_timeout);
+    if (rc == 0 && (rc = tx_heal(c)) != 0)
+        tx_writer_leave(c);
+    return rc;
+}
+
 int tx_begin(qs_casket *c)
 {
     if (c->readonly)
         return QS_READONLY;
     if (cs_owns(c))
         return QS_TXN;
-    int rc = tx_writer_enter(c);
+    int rc = writer_enter_healed(c, 1);
     if (rc)
         return rc;
-    if ((rc = tx_heal(c)) != 0) {
-        tx_writer_leave(c);
-        return rc;
-    }
     pthread_mutex_lock(&c->mu);
     pg_begin(&c->pg);
     pthread_mutex_unlock(&c->mu);
@@ -758,13 +765,9 @@ int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
     if (own && c->txn_error)
         return c->txn_error;
     if (!own) {
-        int rc = tx_writer_enter_opt(c, wait, c->lock_timeout);
+        int rc = writer_enter_healed(c, wait);
         if (rc)
             return rc;
-        if ((rc = tx_heal(c)) != 0) {
-            tx_writer_leave(c);
-            return rc;
-        }
     }
     pthread_mutex_lock(&c->mu);
     return write_locked(c, fn, arg, own);
