@@ -840,11 +840,11 @@ def brokers(batches: str, ack_batch: int, rounds: int, payload_size: int, only: 
 
 
 def _rate(x: float) -> str:
-    """A figure per second in three or four digits: 4.01M, 624.7k, 880."""
+    """A figure in three or four digits: 4.01M, 624.7k, 880, 3.71."""
     for unit, m in (("M", 1e6), ("k", 1e3)):
         if x >= m:
             return f"{x / m:.3g}{unit}" if x / m < 100 else f"{x / m:.0f}{unit}"
-    return f"{x:.0f}"
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def goals_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -860,9 +860,20 @@ def goals_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                      peer or "none available", x["peer_durability"] if peer else "-",
                      _rate(x["peer_median"]) if peer else "-",
                      f"{x['ratio']:.2f}x" if peer else "-",
-                     f">= {x['goal']:.3g}x" + (f", >= {_rate(x['floor'])}" if x["floor"] else ""),
-                     "met" if x["met"] else "not met"])
+                     _goal(x), "met" if x["met"] else "not met"])
     return head, rows
+
+
+def _goal(row: dict[str, Any]) -> str:
+    """A goals row's requirements: on the ratio, a floor, a ceiling."""
+    parts = []
+    if row["goal"] is not None:
+        parts.append(f">= {row['goal']:.3g}x")
+    if row.get("floor"):
+        parts.append(f">= {_rate(row['floor'])}")
+    if row.get("ceiling"):
+        parts.append(f"<= {row['ceiling']:g}")
+    return ", ".join(parts)
 
 
 @main.command()
@@ -870,8 +881,9 @@ def goals_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
               help="rounds per line, the sides taking turns; the median counts "
                    "[default: 3; 1 with --small]")
 @click.option("--small", is_flag=True, help="small n and 1 rep: seconds, for a smoke test")
-@click.option("--lines", "line_names", default=",".join(gl.LINES), show_default=True,
-              help="the lines to run (comma-separated)")
+@click.option("--lines", "line_names", default=",".join(gl.DEFAULT_LINES), show_default=True,
+              help="the lines to run (comma-separated); also sweep-10m and put_many-10m, "
+                   "minutes and GiBs of disk each")
 @_scratch_and_json
 def goals(reps: Optional[int], small: bool, line_names: str, base: Optional[str],
           json_path: Optional[str]) -> None:
@@ -895,6 +907,9 @@ def goals(reps: Optional[int], small: bool, line_names: str, base: Optional[str]
     click.echo(f"# {reps} rep{'s' if reps > 1 else ''} per side, the sides taking turns; "
                "ratio = pyqstore's median over the best peer's median")
     _table(*goals_table(result))
+    for x in result["rows"]:
+        for name, why in x.get("unavailable", {}).items():
+            click.echo(f"# {x['row']}: {name} could not do the work: {why}")
     click.echo("# work per cell, both sides:")
     for line in dict.fromkeys(x["line"] for x in result["rows"]):
         click.echo(f"#   {line}: {gl.WORK[line]}")

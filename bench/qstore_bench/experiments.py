@@ -144,14 +144,17 @@ SWEEP_METHODS = ("prepared", "seed")
 
 
 def sweep_run(b: bk.Backend, session: bk.Session, wd: Workdir, sync: bool, layer: str,
-              make_ids: Callable[[], list[bytes]]) -> float:
+              make_ids: Callable[[], list[bytes]],
+              at_end: Optional[Callable[[str], None]] = None) -> float:
     """One timed run of seed 000 on a fresh store: make_ids() (inside the
     clock, where the seed's method makes its uuids) and one transaction of
     them (casket layer: putdup(QUEUE, id) and putdup(id, id); queue layer:
     queue puts) up to the return of its commit.  Opening and closing are
-    not timed."""
+    not timed.  at_end (if given) hears of the store's directory after a
+    successful run's close, before it is removed (scale.py sizes it)."""
     d = wd.fresh()
     store = bk.open_store(b, d, sync, session)
+    closed = False
     try:
         t0 = time.perf_counter()
         ids = make_ids()
@@ -159,9 +162,15 @@ def sweep_run(b: bk.Backend, session: bk.Session, wd: Workdir, sync: bool, layer
             store.seed_transaction(ids)
         else:
             store.queue_transaction(ids)
-        return time.perf_counter() - t0
-    finally:
+        seconds = time.perf_counter() - t0
         store.close()
+        closed = True
+        if at_end is not None:
+            at_end(d)
+        return seconds
+    finally:
+        if not closed:
+            store.close()
         shutil.rmtree(d, ignore_errors=True)
 
 

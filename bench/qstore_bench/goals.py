@@ -31,6 +31,16 @@ issue's goal.  Every workload is existing code, timed here as is:
                 commit_rate.py's floor-T) and group_commit_ideal.c's shared
                 syncs (commit_rate.ideal, when cc is here), >= 0.9x
 
+Two more lines run only when named (--lines), since they take minutes and
+GiBs of disk: the sweep and put_many at 10^7 items, each cell a process of
+its own (scale.py) that also measures its peak RSS and the bytes it wrote:
+
+  sweep-10m     seed 000 at 10^7 vs lmdb and tokyocabinet, >= 1.3x; vs
+                pyqstore's own 10^4 figure, >= 0.5 (per-item time at most
+                2x); peak RSS <= 1 GiB; bytes written <= 4x the files'
+  put_many-10m  one put_many of 10^7 in a synced transaction vs lmdb,
+                >= 1.3x; vs pyqstore's own 10^5 figure, >= 1/1.5 (flat)
+
 Within a row the sides take turns, rep after rep, so that drift of the
 machine hits all of them; before every cell the dirty pages are flushed
 (os.sync()) so that an earlier cell's writeback does not land in it.
@@ -50,6 +60,7 @@ from typing import Any, Callable, Optional
 from . import backends as bk
 from . import commit_rate
 from . import queue_lines
+from . import scale
 from .experiments import (Progress, Workdir, _quiet, backend_report, machine, make_ids,
                           perf_run, sweep_run)
 
@@ -75,6 +86,9 @@ class Sizes:
     behind_held: int
     commit_seconds: float
     commit_threads: int = 8
+    scale_n: int = 10**7            # the 10^7 lines
+    scale_sweep_ref: int = 10**4    # their references: the sweep's n ...
+    scale_put_many_ref: int = 10**5     # ... and put_many's
 
 
 FULL = Sizes(sweep_ns=(10**3, 10**4, 10**5, 10**6), kv_requests=10**5, kv_threads=(1, 2, 10),
@@ -82,7 +96,7 @@ FULL = Sizes(sweep_ns=(10**3, 10**4, 10**5, 10**6), kv_requests=10**5, kv_thread
              mp_items=200_000, behind=10**4, behind_held=5000, commit_seconds=2.0)
 SMALL = Sizes(sweep_ns=(10**3, 10**4), kv_requests=2000, kv_threads=(1, 10), drain=10**4,
               put_many=10**4, put=10**4, churn=2000, mp_items=20_000, behind=1000, behind_held=500,
-              commit_seconds=0.3)
+              commit_seconds=0.3, scale_n=10**5, scale_sweep_ref=10**3, scale_put_many_ref=10**4)
 
 
 @dataclass
@@ -92,13 +106,16 @@ class Row:
     line: str
     label: str
     unit: str
-    goal: float
+    goal: Optional[float]
     ours: Cell
     peers: dict[str, Cell]
     ours_durability: str
     peer_durability: str
     #: a figure pyqstore's median must reach too, whatever the peers do
     floor: Optional[float] = None
+    #: a figure pyqstore's median must not exceed (a row where less is
+    #: better: peak RSS, bytes written); such a row has no peers, goal None
+    ceiling: Optional[float] = None
 
 
 # ------------------------------------------------------------------- cells
@@ -140,6 +157,54 @@ class KvRuns:
                 len(keys) / seconds[1 - phase])
             return len(keys) / seconds[phase]
         return cell
+
+
+class Unavailable(Exception):
+    """A side that cannot do a row's work here (its reason in the
+    message): measure() drops it from the row and says why."""
+
+
+class ScaleRuns:
+    """The 10^7 lines' runs, each in a process of its own (scale.py).  One
+    run gives several figures (items/s, peak RSS in MiB, bytes written per
+    byte of the files), so the rows of a line share runs: each row's cell
+    for (work, backend, n) takes the figure it names from the k-th run the
+    k-th time it is called, and a run is made only when no row has made
+    it yet (as KvRuns does for seed 001's two phases)."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple[str, str, int], list[dict[str, float]]] = {}
+
+    def cell(self, work: str, name: str, n: int, figure: str) -> Cell:
+        key = (work, name, n)
+        calls = 0
+
+        def cell(wd: Workdir) -> float:
+            nonlocal calls
+            runs = self.done.setdefault(key, [])
+            if calls == len(runs):
+                runs.append(self._run(wd, work, name, n))
+            calls += 1
+            return runs[calls - 1][figure]
+        return cell
+
+    @staticmethod
+    def _run(wd: Workdir, work: str, name: str, n: int) -> dict[str, float]:
+        d = wd.fresh()
+        try:
+            p = subprocess.run([sys.executable, "-m", "qstore_bench.scale", "--work", work,
+                                "--backend", name, "--n", str(n), "--dir", d],
+                               capture_output=True, text=True, timeout=3600,
+                               cwd=os.path.dirname(os.path.dirname(scale.__file__)))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        if p.returncode != 0:
+            raise Unavailable(p.stderr.strip().splitlines()[-1] if p.stderr.strip()
+                              else f"exit status {p.returncode}")
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        return {"items_per_s": float(got["items_per_s"]),
+                "peak_rss_mib": got["peak_rss_bytes"] / 2**20,
+                "written_per_file_byte": got["written_bytes"] / got["file_bytes"]}
 
 
 def _in_fresh(run: Callable[[str], float]) -> Cell:
@@ -206,7 +271,10 @@ def _commit_cell(measure: Callable[[str, float, int], dict[str, Any]], seconds: 
 # -------------------------------------------------------------------- rows
 
 LINES = ("sweep", "kv-put", "kv-get", "drain", "put_many", "put", "churn", "reserved-get",
-         "mp-queue", "group-commit")
+         "mp-queue", "group-commit", "sweep-10m", "put_many-10m")
+#: the lines a run without --lines measures: all but the 10^7 ones, which
+#: take minutes and GiBs of disk
+DEFAULT_LINES = tuple(x for x in LINES if not x.endswith("-10m"))
 # what each line's cells do, on both sides, for the notes under the table
 WORK = {
     "sweep": "one transaction of n items, each putdup(QUEUE, uuid) + putdup(uuid, uuid), "
@@ -225,6 +293,11 @@ WORK = {
     "mp-queue": "4 producer processes put_many(100), 4 consumer processes "
                 "get_many(100, block=True) (sqlite3: INSERT / SELECT+DELETE in BEGIN "
                 "IMMEDIATE, WAL), one file; exactly-once checked after the clock",
+    "sweep-10m": "the sweep's transaction at its largest n, each cell a process of its own "
+                 "(scale.py); peak RSS above the prepared ids; bytes written (/proc/self/io "
+                 "write_bytes) over the bytes of the store's files at the end",
+    "put_many-10m": "put_many's transaction at its largest n, each cell a process of its own "
+                    "(scale.py)",
     "group-commit": "8 threads of autocommit put(key, 36-byte value) on one Casket; "
                     "floor: 8 threads each pwrite 4 KiB at its own offset + fdatasync; "
                     "ideal: group_commit_ideal.c, 8 threads sharing each fdatasync",
@@ -330,7 +403,45 @@ def rows(lines: list[str], sizes: Sizes, report: dict[str, Any], seed: int = 17)
         out.append(Row("group-commit", f"one-put commits, {t} threads, {s:g} s",
                        "commits/s", 0.9, _commit_cell(commit_rate.pyqstore, s, t), references,
                        SYNC_ON, f"{SYNC_ON} (fdatasync)"))
+    scale_rows(lines, sizes, report, out)
     return out
+
+
+def scale_rows(lines: list[str], sizes: Sizes, report: dict[str, Any], out: list[Row]) -> None:
+    """The 10^7 lines' rows (sizes.scale_n items), appended to out."""
+    runs = ScaleRuns()
+    n = sizes.scale_n
+    if "sweep-10m" in lines:
+        peers = [p for p in _usable(("pyqstore", "lmdb", "tokyocabinet"), "casket", report)
+                 if p != "pyqstore"]
+        ref = sizes.scale_sweep_ref
+        out.append(Row("sweep-10m", f"seed 000 sweep, n={n:,}", "items/s", 1.3,
+                       runs.cell("sweep", "pyqstore", n, "items_per_s"),
+                       {p: runs.cell("sweep", p, n, "items_per_s") for p in peers},
+                       SYNC_ON, SYNC_ON))
+        out.append(Row("sweep-10m", f"seed 000 sweep, n={n:,} against n={ref:,}", "items/s",
+                       0.5, runs.cell("sweep", "pyqstore", n, "items_per_s"),
+                       {f"pyqstore at n={ref:,}": runs.cell("sweep", "pyqstore", ref,
+                                                            "items_per_s")},
+                       SYNC_ON, SYNC_ON))
+        out.append(Row("sweep-10m", f"seed 000 sweep, n={n:,}, peak RSS", "MiB", None,
+                       runs.cell("sweep", "pyqstore", n, "peak_rss_mib"), {}, SYNC_ON, "-",
+                       ceiling=1024))
+        out.append(Row("sweep-10m", f"seed 000 sweep, n={n:,}, bytes written", "per file byte",
+                       None, runs.cell("sweep", "pyqstore", n, "written_per_file_byte"), {},
+                       SYNC_ON, "-", ceiling=4.0))
+    if "put_many-10m" in lines:
+        peers = ["lmdb"] if queue_lines.HAVE_LMDB else []
+        ref = sizes.scale_put_many_ref
+        out.append(Row("put_many-10m", f"put_many, one transaction, n={n:,}", "items/s", 1.3,
+                       runs.cell("put_many", "pyqstore", n, "items_per_s"),
+                       {p: runs.cell("put_many", p, n, "items_per_s") for p in peers},
+                       SYNC_ON, SYNC_ON))
+        out.append(Row("put_many-10m", f"put_many, one transaction, n={n:,} against n={ref:,}",
+                       "items/s", 1 / 1.5, runs.cell("put_many", "pyqstore", n, "items_per_s"),
+                       {f"pyqstore at n={ref:,}": runs.cell("put_many", "pyqstore", ref,
+                                                            "items_per_s")},
+                       SYNC_ON, SYNC_ON))
 
 
 # --------------------------------------------------------------------- run
@@ -345,11 +456,21 @@ def measure(row: Row, reps: int, wd: Workdir, progress: Progress = _quiet) -> di
     the ratio and whether it meets the goal."""
     sides: dict[str, Cell] = {"pyqstore": row.ours, **row.peers}
     runs: dict[str, list[float]] = {name: [] for name in sides}
+    unavailable: dict[str, str] = {}
     for r in range(reps):
         for name, cell in sides.items():
+            if name in unavailable:
+                continue
             progress(f"{row.line} {name} {r + 1}/{reps}")
             os.sync()       # an earlier cell's dirty pages are not written back in this one
-            runs[name].append(cell(wd))
+            try:
+                runs[name].append(cell(wd))
+            except Unavailable as e:
+                if name == "pyqstore":
+                    raise RuntimeError(f"{row.label}: pyqstore failed: {e}") from e
+                unavailable[name] = str(e)
+    for name in unavailable:
+        del runs[name]
     ours = _stats(runs["pyqstore"])
     medians = {name: statistics.median(xs) for name, xs in runs.items() if name != "pyqstore"}
     peers = {name: {**_stats(runs[name]), "runs": runs[name]} for name in medians}
@@ -360,9 +481,10 @@ def measure(row: Row, reps: int, wd: Workdir, progress: Progress = _quiet) -> di
             "unit": row.unit, "goal": row.goal,
             "pyqstore": {**ours, "runs": runs["pyqstore"]}, "peers": peers,
             "best_peer": best, "peer_median": peer_median, "ratio": ratio,
-            "floor": row.floor,
-            "met": (ratio is not None and ratio >= row.goal
-                    and (row.floor is None or ours["median"] >= row.floor)),
+            "floor": row.floor, "ceiling": row.ceiling, "unavailable": unavailable,
+            "met": ((row.goal is None or (ratio is not None and ratio >= row.goal))
+                    and (row.floor is None or ours["median"] >= row.floor)
+                    and (row.ceiling is None or ours["median"] <= row.ceiling)),
             "pyqstore_durability": row.ours_durability,
             "peer_durability": row.peer_durability}
 

@@ -133,3 +133,84 @@ def test_get_behind_holds_its_reservations_through_the_timed_gets(tmp_path):
     with pyqstore.open(str(tmp_path / "q.qs"), "r") as c:
         left = c.queue("port").peek_many(100)
     assert left == [b"r" * 64] * 40
+
+
+def test_the_10m_lines_run_only_when_named():
+    assert "sweep-10m" in goals.LINES and "put_many-10m" in goals.LINES
+    assert not any(x.endswith("-10m") for x in goals.DEFAULT_LINES)
+    assert set(goals.DEFAULT_LINES) | {"sweep-10m", "put_many-10m"} == set(goals.LINES)
+
+
+def test_a_ceiling_row_and_a_peer_that_cannot_do_the_work(tmp_path):
+    def fixed(x: float) -> goals.Cell:
+        return lambda wd: x
+
+    def cannot(wd):
+        raise goals.Unavailable("MDB_TXN_FULL: too many dirty pages")
+
+    row = goals.Row("test", "peak RSS", "MiB", None, fixed(500.0), {}, "sync on", "-",
+                    ceiling=1024)
+    with Workdir(str(tmp_path)) as wd:
+        assert goals.measure(row, 2, wd)["met"] is True
+        row.ceiling = 400
+        x = goals.measure(row, 2, wd)
+        assert x["met"] is False and x["ratio"] is None and x["best_peer"] is None
+        # a peer that raises Unavailable is left out, with its reason
+        row = goals.Row("test", "made up", "items/s", 1.3, fixed(10.0),
+                        {"lmdb": cannot, "tc": fixed(5.0)}, "sync on", "sync on")
+        x = goals.measure(row, 2, wd)
+        assert x["unavailable"] == {"lmdb": "MDB_TXN_FULL: too many dirty pages"}
+        assert x["best_peer"] == "tc" and x["ratio"] == 2.0 and x["met"] is True
+        # pyqstore itself may not fail that way
+        row = goals.Row("test", "made up", "items/s", 1.3, cannot, {}, "sync on", "sync on")
+        with pytest.raises(RuntimeError, match="pyqstore failed: MDB_TXN_FULL"):
+            goals.measure(row, 1, wd)
+
+
+def test_scale_measures_what_the_run_wrote_and_held(tmp_path):
+    """scale.measured around a run that allocates 64 MiB and writes 8 MiB
+    (fsynced) into a directory: the figures show both, within reason."""
+    import os
+    from qstore_bench import scale
+
+    def run(at_end):
+        d = tmp_path / "store"
+        d.mkdir()
+        held = bytearray(64 << 20)
+        held[::4096] = b"x" * len(held[::4096])     # touch every page
+        with open(d / "f", "wb") as f:
+            f.write(os.urandom(8 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+        at_end(str(d))
+        del held
+        return 0.5
+
+    x = scale.measured(run)
+    assert x["seconds"] == 0.5
+    assert 60 << 20 <= x["peak_rss_bytes"] <= 200 << 20
+    assert 8 << 20 <= x["written_bytes"] <= 64 << 20
+    assert 8 << 20 <= x["file_bytes"] <= 9 << 20
+
+
+def test_small_10m_lines_share_their_runs_and_judge_the_ceilings(tmp_path):
+    out = tmp_path / "goals.json"
+    res = CliRunner().invoke(main, ["goals", "--small", "--reps", "2", "--lines",
+                                    "sweep-10m,put_many-10m", "--json", str(out),
+                                    "--dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    n = goals.SMALL.scale_n
+    assert [x["line"] for x in rows] == ["sweep-10m"] * 4 + ["put_many-10m"] * 2
+    throughput, flat, rss, written, pm, pm_flat = rows
+    assert throughput["best_peer"] in ("lmdb", "tokyocabinet")
+    # one pair of pyqstore runs at n served all four sweep rows
+    assert flat["pyqstore"]["runs"] == throughput["pyqstore"]["runs"]
+    assert flat["best_peer"] == f"pyqstore at n={goals.SMALL.scale_sweep_ref:,}"
+    assert pm_flat["pyqstore"]["runs"] == pm["pyqstore"]["runs"]
+    for x in (rss, written):
+        assert x["peers"] == {} and x["goal"] is None and x["ceiling"]
+        assert x["met"] == (x["pyqstore"]["median"] <= x["ceiling"])
+    assert 1 < rss["pyqstore"]["median"] < 1024                 # MiB, at n=10^5
+    assert 0.2 < written["pyqstore"]["median"] < 4
+    assert f"n={n:,}" in throughput["row"]
