@@ -49,8 +49,10 @@
  * Deferred putdup errors.  Inside a transaction (qs_begin) qs_putdup does
  * not change the tree at once: it copies the record into the transaction's
  * buffer, which is applied, in key order, by the first of these calls of
- * the owning thread: the qs_putdup that fills the buffer (256 Ki records
- * or 32 MiB); any other call that writes in the transaction (qs_put,
+ * the owning thread: the qs_putdup that fills the buffer (as many bytes
+ * of keys and values as cache_bytes allows pages, clamped to 32 MiB ..
+ * 1 GiB, or a record per 128 of those bytes: 2 Mi records or 256 MiB by
+ * default); any other call that writes in the transaction (qs_put,
  * qs_putkeep, qs_putdup_many, qs_out, qs_outlist, qs_cursor_out and the
  * queue calls that write, get and reserve included); any call that reads
  * in its view (qs_get, qs_getdup, qs_count, qs_records, qs_stat_get, the
@@ -216,7 +218,9 @@ typedef struct qs_options {
                                transaction; 0 fails at once with QS_LOCKED */
     uint64_t cache_bytes;   /* page memory budget (committed cache plus a
                                transaction's dirty pages); 0 = default
-                               (256 MiB).  A larger transaction spills. */
+                               (256 MiB).  A larger transaction spills.
+                               A transaction's buffered putdups (below)
+                               take up to as much again. */
     uint64_t checkpoint_bytes; /* log size that triggers a checkpoint;
                                0 = default (4 MiB) */
 } qs_options;
