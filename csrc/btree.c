@@ -410,8 +410,8 @@ static uint64_t node_count(const uint8_t *pg)
 static int node_verify(uint8_t *pg)
 {
     int rc = node_ok(pg);
-    uint8_t *checked = pg_checked(pg);
-    if (rc || *checked)
+    _Atomic uint8_t *checked = pg_checked(pg);
+    if (rc || atomic_load_explicit(checked, memory_order_relaxed))
         return rc;
     uint32_t n = ncells(pg), lo = H_SIZE + 2 * n;
     for (uint32_t i = 0; i < n; i++) {
@@ -423,7 +423,7 @@ static int node_verify(uint8_t *pg)
     }
     if (pg[H_TYPE] == PT_INTERIOR && rd32(pg + H_RIGHT) == 0)
         return QS_CORRUPT;
-    *checked = 1;
+    atomic_store_explicit(checked, 1, memory_order_relaxed);
     return 0;
 }
 

@@ -368,6 +368,8 @@ static int do_compact(qs_casket *c)
         fresh.commits = c->pg.commits;
         fresh.checkpoints = c->pg.checkpoints;
         fresh.spilled = c->pg.spilled;
+        fresh.pages_read = c->pg.pages_read;
+        fresh.pages_shared = c->pg.pages_shared;
         fresh.log.syncs = c->pg.log.syncs;
         pg_close(&c->pg);
         close(c->fd);
@@ -550,6 +552,8 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     st->syncs = c->pg.log.syncs;
     st->checkpoints = c->pg.checkpoints;
     st->spilled_pages = c->pg.spilled;
+    st->pages_read = c->pg.pages_read;
+    st->pages_shared = c->pg.pages_shared;
     cs_read_leave(c, &bt);
     st->open_cursors = atomic_load(&c->open_cursors);
     struct stat fs;

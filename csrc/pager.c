@@ -4,6 +4,7 @@
  * ("spilled") and read back if touched again. */
 #include "pager.h"
 #include "osdep.h"
+#include "pshare.h"
 #include "qstore.h"
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +21,13 @@
 
 _Static_assert(offsetof(pg_buf, data) == 0, "pg_checked finds the buffer from its data");
 
+static inline void set_ref(pg_buf *b, uint8_t v)
+{
+    atomic_store_explicit(&b->ref, v, memory_order_relaxed);
+}
+
+static inline uint8_t get_ref(pg_buf *b) { return atomic_load_explicit(&b->ref, memory_order_relaxed); }
+
 static pg_buf *buf_new(pager *p)
 {
     pg_buf *b = p->spare;
@@ -30,14 +38,22 @@ static pg_buf *buf_new(pager *p)
         return NULL;
     b->off = 0;
     b->next = NULL;
-    b->ref = 1;
-    b->checked = 0;
+    atomic_store_explicit(&b->holders, 0, memory_order_relaxed);
+    set_ref(b, 1);
+    atomic_store_explicit(&b->checked, 0, memory_order_relaxed);
     return b;
+}
+
+static inline int is_shared(pg_buf *b)
+{
+    return atomic_load_explicit(&b->holders, memory_order_relaxed) != 0;
 }
 
 static void buf_drop(pager *p, pg_buf *b)
 {
-    if (p->nspare < MAX_SPARE) {
+    if (is_shared(b))
+        ps_release(b);
+    else if (p->nspare < MAX_SPARE) {
         b->next = p->spare;
         p->spare = b;
         p->nspare++;
@@ -156,13 +172,13 @@ static int damaged(pager *p, uint32_t pgno, int rc)
 
 uint32_t pg_bad_page(pager *p) { return atomic_exchange_explicit(&p->bad_page, 0, memory_order_relaxed); }
 
-/* With nowait (qs_get_nowait) the page comes from the kernel's page cache
- * or not at all: QS_WOULDBLOCK. */
-static int read_committed(pager *p, uint32_t pgno, uint8_t *page, int nowait)
+/* The committed image of pgno from src (a log offset, or PS_MAIN: the
+ * main file).  With nowait (qs_get_nowait) the page comes from the
+ * kernel's page cache or not at all: QS_WOULDBLOCK. */
+static int read_from(pager *p, uint32_t pgno, uint64_t src, uint8_t *page, int nowait)
 {
-    uint64_t off;
-    if (hm_get(&p->logidx, pgno, &off))
-        return damaged(p, pgno, wal_read_frame(&p->log, off, pgno, page, nowait));
+    if (src != PS_MAIN)
+        return damaged(p, pgno, wal_read_frame(&p->log, src, pgno, page, nowait));
     /* Another process may have grown the file (pages written directly). */
     if (pgno >= p->main_pages && main_size_pages(p, &p->main_pages) != 0)
         return errno;
@@ -172,11 +188,18 @@ static int read_committed(pager *p, uint32_t pgno, uint8_t *page, int nowait)
     return damaged(p, pgno, rc ? rc : wal_page_verify(page, pgno));
 }
 
+/* Where the committed image of pgno is: its newest log frame, or PS_MAIN. */
+static inline uint64_t committed_src(const pager *p, uint32_t pgno)
+{
+    uint64_t off;
+    return hm_get(&p->logidx, pgno, &off) ? off : PS_MAIN;
+}
+
 int pg_read_raw(pager *p, uint32_t pgno, uint8_t *page)
 {
     if (pgno == 0 || pgno >= p->meta.npages)
         return QS_CORRUPT;
-    return read_committed(p, pgno, page, 0);
+    return read_from(p, pgno, committed_src(p, pgno), page, 0);
 }
 
 static void build_header(uint8_t *page, const pg_meta *m)
@@ -229,6 +252,11 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
     p->checkpoint_bytes = checkpoint_bytes;
     p->log_end = PG_SIZE;
     p->version = QS_FORMAT_VERSION;     /* until page 0 says otherwise */
+    /* Without a log there is no generation to file images under; without
+     * the cache (out of memory) each page is read from disk as before. */
+    struct stat st;
+    if (p->has_log && fstat(fd, &st) == 0)
+        ps_join((uint64_t)st.st_dev, (uint64_t)st.st_ino, p->budget, &p->share);
     uint8_t *page = malloc(PG_SIZE);
     if (!page)
         return QS_NOMEM;
@@ -351,7 +379,8 @@ int pg_open_mode(pager *p, int fd, int log_fd, int readonly, int create, int att
         if ((rc = wal_sync(&p->log)) != 0)
             goto fail;
         p->checkpoints = 0;
-    }
+    } else if (log_ok)
+        p->share_salt = p->log.salt;
     free(page);
     return 0;
 fail:
@@ -378,6 +407,8 @@ void pg_close(pager *p)
         free(b);
     }
     p->nspare = 0;
+    ps_leave(p->share);
+    p->share = NULL;
 }
 
 static int cache_insert(pager *p, hm_map *m, uint32_t pgno, pg_buf *b)
@@ -395,22 +426,40 @@ static int get_committed(pager *p, uint32_t pgno, pg_buf **out)
     uint64_t v;
     if (hm_get(&p->cache, pgno, &v)) {
         pg_buf *b = as_buf(v);
-        b->ref = 1;
+        /* Tested first: a shared image's line is read by every holder's
+         * thread, and a store on every hit would bounce it between cores. */
+        if (!get_ref(b))
+            set_ref(b, 1);
         *out = b;
         return 0;
     }
     if (pgno == 0 || pgno >= p->meta.npages)
         return QS_CORRUPT;
-    pg_buf *b = buf_new(p);
-    if (!b)
+    /* pgno is below the committed page count, so what the source holds
+     * is a committed image, the same for every handle whose view names
+     * this source: another handle may have read it already (pshare.h). */
+    uint64_t src = committed_src(p, pgno);
+    pg_buf *b = ps_find(p->share, p->share_salt, pgno, src, p->cached_only);
+    if (b) {
+        if (hm_put(&p->cache, pgno, as_val(b)) != 0) {
+            ps_release(b);
+            return QS_NOMEM;
+        }
+        p->pages_shared++;
+        *out = b;
+        return 0;
+    }
+    if (!(b = buf_new(p)))
         return QS_NOMEM;
-    int rc = read_committed(p, pgno, b->data, p->cached_only);
+    int rc = read_from(p, pgno, src, b->data, p->cached_only);
     if (rc) {
         buf_drop(p, b);
         return rc;
     }
     if ((rc = cache_insert(p, &p->cache, pgno, b)) != 0)
         return rc;
+    p->pages_read++;
+    ps_keep(p->share, p->share_salt, pgno, src, b, p->cached_only);
     *out = b;
     return 0;
 }
@@ -423,7 +472,7 @@ static int get_private(pager *p, uint32_t pgno, pg_buf **out)
     *out = NULL;
     if (hm_get(&p->dirty, pgno, &v)) {
         *out = as_buf(v);
-        (*out)->ref = 1;
+        set_ref(*out, 1);
         return 0;
     }
     if (hm_get(&p->spill, pgno, &v)) {
@@ -514,7 +563,9 @@ int pg_write(pager *p, uint32_t pgno, uint8_t **out)
         if (!(b = buf_new(p)))
             return QS_NOMEM;
         copy_image(b->data, c->data);
-        b->checked = c->checked;
+        atomic_store_explicit(&b->checked,
+                              atomic_load_explicit(&c->checked, memory_order_relaxed),
+                              memory_order_relaxed);
         if ((rc = cache_insert(p, &p->dirty, pgno, b)) != 0)
             return rc;
     }
@@ -537,8 +588,8 @@ static int write_blank(pager *p, uint32_t pgno, uint8_t **out)
             return rc;
     }
     memset(b->data, 0, PG_SIZE);
-    b->ref = 1;
-    b->checked = 1;
+    set_ref(b, 1);
+    atomic_store_explicit(&b->checked, 1, memory_order_relaxed);
     *out = b->data;
     return 0;
 }
@@ -652,8 +703,8 @@ static int spill(pager *p)
     for (size_t i = 0; i < p->dirty.cap; i++)
         if (hm_slot(&p->dirty, i, &k, &v)) {
             pg_buf *b = as_buf(v);
-            if (b->ref)
-                b->ref = 0;     /* a second chance */
+            if (get_ref(b))
+                set_ref(b, 0);  /* a second chance */
             else
                 victims[ncand++] = b;
         }
@@ -667,7 +718,7 @@ static int spill(pager *p)
     qsort(victims, ncand, sizeof *victims, cmp_buf_pgno);
     n = want < ncand ? want : ncand;
     for (size_t i = 0; i < n; i++)
-        victims[i]->ref = 2;    /* chosen */
+        set_ref(victims[i], 2); /* chosen */
     /* Frames are appended after the transaction's last one, in one write
      * (a page spilled again gets a new frame; recovery keeps the last). */
     size_t fresh = 0, ndirect = 0;
@@ -717,7 +768,7 @@ out:
     if (victims)
         for (size_t i = 0; i < n; i++)
             if (victims[i])
-                victims[i]->ref = 1;
+                set_ref(victims[i], 1);
     free(victims);
     free(pages);
     return rc;
@@ -738,8 +789,8 @@ int pg_trim(pager *p, int is_writer)
         if (!hm_slot(&p->cache, i, &k, &v))
             continue;
         pg_buf *b = as_buf(v);
-        if (b->ref) {
-            b->ref = 0;
+        if (get_ref(b)) {
+            set_ref(b, 0);
             continue;
         }
         hm_del(&p->cache, k);
@@ -980,8 +1031,10 @@ int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
     if (p->main_pages < p->meta.npages)
         p->main_pages = p->meta.npages;
     p->log_end = PG_SIZE;
+    p->share_salt = 0;
     if (rc)
         return rc;
+    p->share_salt = p->log.salt;
     if (keep_log_bytes < PG_SIZE)
         keep_log_bytes = PG_SIZE;
     wal_shrink(&p->log, keep_log_bytes);  /* failing leaves a longer log: harmless */
@@ -998,10 +1051,22 @@ static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
         return;
     pg_buf *b = as_buf(v);
     if (page && wal_page_verify(page, pgno) == 0) {
+        if (is_shared(b)) {
+            /* Other handles hold this image: ours becomes a copy of our own. */
+            pg_buf *nb = buf_new(p);
+            if (!nb)
+                goto drop;
+            nb->pgno = pgno;
+            hm_put(&p->cache, pgno, as_val(nb));    /* replaces in place */
+            ps_release(b);
+            b = nb;
+        }
         memcpy(b->data, page, PG_SIZE);
-        b->checked = 0;     /* the tree checks its structure again */
+        /* the tree checks its structure again */
+        atomic_store_explicit(&b->checked, 0, memory_order_relaxed);
         return;
     }
+drop:
     hm_del(&p->cache, pgno);
     buf_drop(p, b);
 }
@@ -1070,6 +1135,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         /* A superseded generation stays the one we follow: the next writer
          * finishes the dead checkpoint and publishes a new one. */
         p->log.salt = salt ? salt : w.salt;
+        p->share_salt = superseded ? 0 : p->log.salt;
         p->log.base_txn = w.base_txn > m.txn && !superseded ? w.base_txn : m.txn;
         p->meta = m;
         p->log_end = superseded ? end : PG_SIZE;
@@ -1090,6 +1156,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
             if ((rc = log_superseded(p, p->log.salt, end, p->meta.txn, &superseded)) != 0)
                 return rc;
             if (superseded) {
+                p->share_salt = 0;
                 p->log_end = end;
                 rec.found_commit = 1;
                 rec.end = end;
@@ -1121,8 +1188,10 @@ int pg_checkpoint_unfinished(pager *p, int *yes)
     if ((rc = wal_read_header(&w)) != 0)
         return rc == QS_CORRUPT ? 0 : rc;
     *yes = m.txn >= p->meta.txn && (p->log_end > PG_SIZE || w.salt != p->log.salt);
-    if (*yes)
+    if (*yes) {
         hm_clear(&p->logidx);   /* every page it names is in the main file */
+        p->share_salt = 0;
+    }
     return 0;
 }
 

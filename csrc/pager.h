@@ -17,21 +17,33 @@
 #include "wal.h"
 #include <stddef.h>
 
+struct ps_cache;
+
 typedef struct pg_buf {
     uint8_t data[PG_SIZE];
     uint64_t off;               /* log offset of its frame once written */
     struct pg_buf *next;        /* spare list */
     uint32_t pgno;
-    uint8_t ref;                /* clock bit: used since the hand passed */
-    uint8_t checked;            /* the tree verified this image's structure
+    _Atomic uint32_t holders;   /* 0: this pager's own buffer.  Otherwise a
+                                   committed image shared with the process's
+                                   other handles of the casket (pshare.h):
+                                   one per cache holding it; its data never
+                                   changes, and the last holder frees it */
+    _Atomic uint8_t ref;        /* clock bit: used since the hand passed
+                                   (relaxed: shared images have one bit for
+                                   all their holders, a hint either way) */
+    _Atomic uint8_t checked;    /* the tree verified this image's structure
                                    (see pg_checked) */
 } pg_buf;
 
 /* The "structure verified" flag of a page image handed out by this pager:
  * an image read from disk starts unverified; the tree checks it in full
  * once and sets the flag, so hot pages are not re-verified on every
- * access.  Copies keep the flag; blank pages start verified. */
-static inline uint8_t *pg_checked(uint8_t *page)
+ * access.  Copies keep the flag; blank pages start verified.  Atomic
+ * because a shared image is verified by whichever holder gets there first
+ * (the same bytes: a 1 is true for all); relaxed loads and stores are
+ * plain moves. */
+static inline _Atomic uint8_t *pg_checked(uint8_t *page)
 {
     return &((pg_buf *)(void *)page)->checked;
 }
@@ -62,6 +74,8 @@ typedef struct pager {
     pg_buf *spare;
     size_t nspare;
     uint64_t commits, checkpoints, spilled;
+    uint64_t pages_read, pages_shared;  /* committed images: from the files,
+                                           from another handle (pshare.h) */
     _Atomic uint32_t bad_page;  /* the last page found damaged when read
                                    (0: none), for qs_corrupt_page */
     uint64_t epoch;             /* bumped by pg_trim: page pointers handed
@@ -77,6 +91,14 @@ typedef struct pager {
     uint32_t version;           /* format version of page 0 as opened (a
                                    read-write open rewrites it as
                                    QS_FORMAT_VERSION) */
+    struct ps_cache *share;     /* images shared with this process's other
+                                   handles of the casket (NULL: none) */
+    uint64_t share_salt;        /* the generation they are filed under: the
+                                   log's salt, or 0 (share nothing) while
+                                   this view reads a main file rewritten
+                                   within the generation (a checkpointer
+                                   died after its copy, pg_refresh and
+                                   pg_checkpoint_unfinished) */
     pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
     uint8_t **cw_pages;
     size_t cw_cap;

@@ -220,7 +220,11 @@ typedef struct qs_options {
                                transaction's dirty pages); 0 = default
                                (256 MiB).  A larger transaction spills.
                                A transaction's buffered putdups (below)
-                               take up to as much again. */
+                               take up to as much again.  Handles of one
+                               casket in one process share the committed
+                               pages they read (the same buffers, counted
+                               in each budget), and keep up to the largest
+                               of their budgets more in a shared cache. */
     uint64_t checkpoint_bytes; /* log size that triggers a checkpoint;
                                0 = default (4 MiB) */
 } qs_options;
@@ -246,6 +250,11 @@ typedef struct qs_stat {
                                 qs_cursor_open and not yet closed by
                                 qs_cursor_close: a count that stays above
                                 0 once its users are done is a leak */
+    uint64_t pages_read;     /* committed page images this handle read
+                                from its files since open */
+    uint64_t pages_shared;   /* ... and took instead from another handle of
+                                the casket in this process, which had read
+                                them: one copy in memory for both */
 } qs_stat;
 
 /* Describes any return code of this library (0, QS_*, or errno).

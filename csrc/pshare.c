@@ -1,0 +1,232 @@
+/* pshare.c -- see pshare.h.  The process's caskets with two or more
+ * handles each have one ps_cache: a ring of holds on shared page images
+ * (the oldest filed is let go first: a second-level cache sees the first
+ * level's misses, so recency is the members' business) and a map from
+ * page number to its slot.  One image per page number: a lagging member
+ * that asks for an older source than the one filed misses and reads the
+ * disk, as without the cache. */
+#include "pshare.h"
+#include "hmap.h"
+#include "pagefmt.h"
+#include "qstore.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ps_slot {
+    uint64_t src;
+    uint32_t pgno;
+    pg_buf *buf;                /* a hold, or NULL */
+} ps_slot;
+
+struct ps_cache {
+    ps_cache *next;             /* the registry's list */
+    uint64_t dev, ino;
+    unsigned members;           /* under the registry's mutex */
+    _Atomic int active;         /* members >= 2: read without a lock */
+    pthread_mutex_t mu;         /* everything below */
+    uint64_t salt;              /* the generation the images belong to */
+    size_t cap;                 /* most slots: the largest member budget */
+    size_t used;                /* slots handed out so far */
+    size_t hand;                /* the next slot to replace once used == cap */
+    size_t alloc;               /* slots allocated */
+    ps_slot *slots;
+    hm_map where;               /* pgno -> slot index */
+};
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static ps_cache *registry;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* fork() copies the mutexes in whatever state other threads left them:
+ * the parent's thread that forks holds them all across the fork, so the
+ * child's copies are consistent and unlocked by the one thread it has. */
+static void lock_all(void)
+{
+    pthread_mutex_lock(&registry_mu);
+    for (ps_cache *pc = registry; pc; pc = pc->next)
+        pthread_mutex_lock(&pc->mu);
+}
+
+static void unlock_all(void)
+{
+    for (ps_cache *pc = registry; pc; pc = pc->next)
+        pthread_mutex_unlock(&pc->mu);
+    pthread_mutex_unlock(&registry_mu);
+}
+
+static void install_fork_hooks(void) { pthread_atfork(lock_all, unlock_all, unlock_all); }
+
+void ps_release(pg_buf *b)
+{
+    if (atomic_fetch_sub_explicit(&b->holders, 1, memory_order_acq_rel) == 1)
+        free(b);
+}
+
+/* Lets go of every image held (pc->mu held); keep_slots: the slot array
+ * stays for the same generation's next images. */
+static void drop_holds(ps_cache *pc, int keep_slots)
+{
+    for (size_t i = 0; i < pc->used; i++)
+        if (pc->slots[i].buf) {
+            ps_release(pc->slots[i].buf);
+            pc->slots[i].buf = NULL;
+        }
+    pc->used = pc->hand = 0;
+    if (keep_slots) {
+        hm_clear(&pc->where);
+        return;
+    }
+    free(pc->slots);
+    pc->slots = NULL;
+    pc->alloc = 0;
+    hm_free(&pc->where);
+}
+
+int ps_join(uint64_t dev, uint64_t ino, size_t budget_pages, ps_cache **out)
+{
+    pthread_once(&fork_once, install_fork_hooks);
+    *out = NULL;
+    pthread_mutex_lock(&registry_mu);
+    ps_cache *pc = registry;
+    while (pc && !(pc->dev == dev && pc->ino == ino))
+        pc = pc->next;
+    if (!pc) {
+        if (!(pc = calloc(1, sizeof *pc))) {
+            pthread_mutex_unlock(&registry_mu);
+            return QS_NOMEM;
+        }
+        pthread_mutex_init(&pc->mu, NULL);
+        pc->dev = dev;
+        pc->ino = ino;
+        pc->next = registry;
+        registry = pc;
+    }
+    pc->members++;
+    pthread_mutex_lock(&pc->mu);
+    if (budget_pages > pc->cap)
+        pc->cap = budget_pages;
+    atomic_store(&pc->active, pc->members >= 2);
+    pthread_mutex_unlock(&pc->mu);
+    pthread_mutex_unlock(&registry_mu);
+    *out = pc;
+    return 0;
+}
+
+void ps_leave(ps_cache *pc)
+{
+    if (!pc)
+        return;
+    pthread_mutex_lock(&registry_mu);
+    pc->members--;
+    if (pc->members < 2) {
+        pthread_mutex_lock(&pc->mu);
+        atomic_store(&pc->active, 0);
+        drop_holds(pc, 0);
+        pthread_mutex_unlock(&pc->mu);
+    }
+    if (pc->members == 0) {
+        ps_cache **at = &registry;
+        while (*at != pc)
+            at = &(*at)->next;
+        *at = pc->next;
+        pthread_mutex_destroy(&pc->mu);
+        free(pc);
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+/* Takes pc->mu; with nowait only if it is free (0: it was not). */
+static int lock_cache(ps_cache *pc, int nowait)
+{
+    if (nowait)
+        return pthread_mutex_trylock(&pc->mu) == 0;
+    pthread_mutex_lock(&pc->mu);
+    return 1;
+}
+
+pg_buf *ps_find(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, int nowait)
+{
+    if (!pc || !salt || !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return NULL;
+    pg_buf *b = NULL;
+    uint64_t i;
+    if (!lock_cache(pc, nowait))
+        return NULL;
+    if (pc->active && pc->salt == salt && hm_get(&pc->where, pgno, &i) &&
+        pc->slots[i].src == src) {
+        b = pc->slots[i].buf;
+        atomic_fetch_add_explicit(&b->holders, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&pc->mu);
+    return b;
+}
+
+/* A slot for pgno (pc->mu held), empty and mapped: the one pgno has, else
+ * a new one while the ring is short of cap, else the oldest.  -1: out of
+ * memory (nothing changed but a slot let go). */
+static long slot_for(ps_cache *pc, uint32_t pgno)
+{
+    uint64_t i;
+    if (!hm_get(&pc->where, pgno, &i)) {
+        if (pc->used < pc->cap) {
+            if (pc->used == pc->alloc) {
+                size_t n = pc->alloc ? 2 * pc->alloc : 64;
+                if (n > pc->cap)
+                    n = pc->cap;
+                ps_slot *s = realloc(pc->slots, n * sizeof *s);
+                if (!s)
+                    return -1;
+                memset(s + pc->alloc, 0, (n - pc->alloc) * sizeof *s);
+                pc->slots = s;
+                pc->alloc = n;
+            }
+            i = pc->used++;
+        } else {
+            i = pc->hand;
+            pc->hand = (pc->hand + 1) % pc->used;
+            uint64_t j;
+            if (hm_get(&pc->where, pc->slots[i].pgno, &j) && j == i)
+                hm_del(&pc->where, pc->slots[i].pgno);
+        }
+        if (hm_put(&pc->where, pgno, i) != 0) {
+            if (pc->slots[i].buf) {
+                ps_release(pc->slots[i].buf);
+                pc->slots[i].buf = NULL;
+            }
+            return -1;      /* the slot is unmapped: reused later, never found */
+        }
+    }
+    if (pc->slots[i].buf) {
+        ps_release(pc->slots[i].buf);
+        pc->slots[i].buf = NULL;
+    }
+    return (long)i;
+}
+
+void ps_keep(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, pg_buf *b, int nowait)
+{
+    if (!pc || !salt || !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return;
+    if (!lock_cache(pc, nowait))
+        return;
+    if (!pc->active) {
+        /* the last but one member left meanwhile */
+        pthread_mutex_unlock(&pc->mu);
+        return;
+    }
+    if (pc->salt != salt) {
+        /* A new generation: every image held is of an older one. */
+        drop_holds(pc, 1);
+        pc->salt = salt;
+    }
+    long i = slot_for(pc, pgno);
+    if (i >= 0) {
+        atomic_store_explicit(&b->holders, 2, memory_order_relaxed);
+        pc->slots[i].pgno = pgno;
+        pc->slots[i].src = src;
+        pc->slots[i].buf = b;
+    }
+    pthread_mutex_unlock(&pc->mu);
+}

@@ -1,0 +1,369 @@
+/*
+ * test_pshare.c -- page images shared by the handles of one casket in one
+ * process (pshare.c): a second handle takes the pages a first one read
+ * instead of reading them again (qs_stat's pages_read, pages_shared); what
+ * every handle reads stays what a handle of its own would read -- across
+ * commits of another handle, checkpoints (a new log generation), a small
+ * cache that evicts, a snapshot of an older commit beside them, threads
+ * that each use their own handle while a writer commits, closes in any
+ * order, and a fork (run under valgrind and ASan by make valgrind / asan).
+ */
+#include "test_common.h"
+
+#define NKEYS 3000
+
+static int key_of(char *key, size_t cap, int i) { return snprintf(key, cap, "key%06d", i); }
+
+/* The value of key i at version v: the key's number, then the version,
+ * padded so that pages fill and split. */
+static size_t value_of(char *val, size_t cap, int i, unsigned v)
+{
+    int n = snprintf(val, cap, "%06d:%08u:", i, v);
+    size_t len = 40 + (size_t)(i % 7) * 9;
+    memset(val + n, 'a' + (int)(v % 26), len - (size_t)n);
+    return len;
+}
+
+/* Puts versions[i] of every key i with versions[i] changed (all when
+ * changed NULL) in one transaction. */
+static int write_versions(qs_casket *c, const unsigned *versions, const unsigned char *changed)
+{
+    char key[32], val[128];
+    int rc = qs_begin(c);
+    for (int i = 0; rc == 0 && i < NKEYS; i++) {
+        if (changed && !changed[i])
+            continue;
+        int kl = key_of(key, sizeof key, i);
+        size_t vl = value_of(val, sizeof val, i, versions[i]);
+        rc = qs_put(c, key, (size_t)kl, val, vl);
+    }
+    return rc ? (qs_abort(c), rc) : qs_commit(c);
+}
+
+/* 0 when c reads versions[i] for every key i, else the first key that
+ * differs + 1 (-rc when a get failed). */
+static int read_matches(qs_casket *c, const unsigned *versions)
+{
+    char key[32], want[128], got[128];
+    for (int i = 0; i < NKEYS; i++) {
+        int kl = key_of(key, sizeof key, i);
+        size_t wl = value_of(want, sizeof want, i, versions[i]), gl = 0;
+        int rc = qs_get_into(c, key, (size_t)kl, got, sizeof got, &gl);
+        if (rc)
+            return rc < 0 ? rc : -rc;
+        if (gl != wl || memcmp(got, want, wl) != 0)
+            return i + 1;
+    }
+    return 0;
+}
+
+static qs_stat stat_of(qs_casket *c)
+{
+    qs_stat st;
+    memset(&st, 0, sizeof st);
+    qs_stat_get(c, &st);
+    return st;
+}
+
+static void second_handle_takes_what_the_first_read(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v[NKEYS];
+    REQUIRE_RC(write_versions(w, v, NULL), 0);
+    REQUIRE_RC(qs_sync(w), 0);
+    REQUIRE_RC(qs_close(w), 0);
+
+    /* Alone, a handle reads every page itself and shares nothing. */
+    qs_casket *a = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(a, v), 0);
+    qs_stat sa = stat_of(a);
+    CHECK(sa.pages_read > 10);
+    CHECK(sa.pages_shared == 0);
+
+    /* An idle cache filed nothing of a's, so b reads the pages itself
+     * and, a member now beside a, files them; c then takes every one. */
+    qs_casket *b = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(b, v), 0);
+    qs_stat sb = stat_of(b);
+    CHECK(sb.pages_read >= sa.pages_read);
+    qs_casket *c = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(c, v), 0);
+    qs_stat sc = stat_of(c);
+    CHECK(sc.pages_read == 0);
+    CHECK(sc.pages_shared >= sa.pages_read);
+    CHECK_RC(qs_close(b), 0);
+    CHECK_RC(qs_close(a), 0);
+    /* c's images outlive the handles that read them */
+    CHECK_RC(read_matches(c, v), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+/* Readers with small caches follow a writer's commits and checkpoints:
+ * after every round each reads exactly the model. */
+static void readers_follow_commits_and_checkpoints(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    /* 64 KiB of checkpoint: one every round or two */
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 64 * 1024, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v[NKEYS];
+    static unsigned char changed[NKEYS];
+    REQUIRE_RC(write_versions(w, v, NULL), 0);
+    enum { READERS = 3 };
+    qs_casket *r[READERS];
+    for (int k = 0; k < READERS; k++) {
+        /* the smallest budget (64 pages): every read pass evicts */
+        r[k] = tc_open(t.path, QS_OPEN_READ, 0, 1, 0, &rc);
+        REQUIRE_RC(rc, 0);
+    }
+    unsigned seed = 12345;
+    uint64_t checkpoints_before = stat_of(w).checkpoints;
+    for (unsigned round = 1; round <= 24; round++) {
+        memset(changed, 0, sizeof changed);
+        int n = 1 + (int)(rand_r(&seed) % 400);
+        for (int j = 0; j < n; j++) {
+            int i = (int)(rand_r(&seed) % NKEYS);
+            changed[i] = 1;
+            v[i] = round;
+        }
+        REQUIRE_RC(write_versions(w, v, changed), 0);
+        if (round % 5 == 0)
+            REQUIRE_RC(qs_sync(w), 0);
+        /* a reader that skips a round catches up over more commits */
+        for (int k = 0; k < READERS; k++)
+            if (k != (int)(round % 4))
+                CHECK_RC(read_matches(r[k], v), 0);
+        CHECK_RC(read_matches(w, v), 0);
+    }
+    CHECK(stat_of(w).checkpoints > checkpoints_before + 4);
+    uint64_t shared = 0;
+    for (int k = 0; k < READERS; k++) {
+        shared += stat_of(r[k]).pages_shared;
+        CHECK_RC(qs_close(r[k]), 0);
+    }
+    CHECK(shared > 0);
+    CHECK_RC(qs_close(w), 0);
+    tc_tmp_remove(&t);
+}
+
+/* A snapshot reads its commit's images while handles that caught up read
+ * the newer ones of the same pages, in the same log generation. */
+static void snapshot_beside_shared_readers(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v1[NKEYS], v2[NKEYS], v3[NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        v1[i] = 1;
+        v2[i] = 2;
+        v3[i] = 3;
+    }
+    REQUIRE_RC(write_versions(w, v1, NULL), 0);
+    REQUIRE_RC(qs_sync(w), 0);      /* v1 in the main file */
+    qs_casket *b = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(b, v1), 0);       /* main-file images, filed */
+    qs_casket *s = NULL;
+    REQUIRE_RC(qs_snapshot_open(w, 0, 0, &s), 0);
+    REQUIRE_RC(write_versions(w, v2, NULL), 0);     /* in the log */
+    CHECK_RC(read_matches(b, v2), 0);
+    CHECK_RC(read_matches(s, v1), 0);
+    REQUIRE_RC(write_versions(w, v3, NULL), 0);
+    qs_casket *c = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(c, v3), 0);
+    CHECK_RC(read_matches(s, v1), 0);
+    CHECK_RC(read_matches(b, v3), 0);
+    CHECK(stat_of(s).pages_shared > 0);     /* v1's main-file pages, from b */
+    CHECK_RC(qs_close(s), 0);
+    CHECK_RC(qs_sync(w), 0);        /* a new generation */
+    CHECK_RC(read_matches(c, v3), 0);
+    CHECK_RC(read_matches(b, v3), 0);
+    CHECK_RC(qs_close(c), 0);
+    CHECK_RC(qs_close(b), 0);
+    CHECK_RC(qs_close(w), 0);
+    tc_tmp_remove(&t);
+}
+
+typedef struct {
+    const char *path;
+    _Atomic unsigned *versions;     /* the newest committed version of each key */
+    atomic_int *stop;
+    atomic_int *reading;            /* readers past their first read */
+    long reads;
+    atomic_int bad;                 /* what went wrong, 0 none */
+} reader_arg;
+
+/* Reads random keys through a handle of its own: each value is whole,
+ * names its own key, and is at least as new as the version committed
+ * before the read began (a read sees the newest commit). */
+static void *reader(void *p)
+{
+    reader_arg *a = p;
+    int rc;
+    qs_casket *c = tc_open(a->path, QS_OPEN_READ, 0, 1, 0, &rc);
+    if (!c) {
+        a->bad = 1;
+        return NULL;
+    }
+    unsigned seed = (unsigned)(uintptr_t)p;
+    char key[32], got[128];
+    while (!atomic_load(a->stop) && !a->bad) {
+        int i = (int)(rand_r(&seed) % NKEYS);
+        unsigned before = atomic_load(&a->versions[i]);
+        int kl = key_of(key, sizeof key, i);
+        size_t gl = 0;
+        if ((rc = qs_get_into(c, key, (size_t)kl, got, sizeof got - 1, &gl)) != 0) {
+            a->bad = 2;
+            break;
+        }
+        got[gl] = 0;
+        int gi;
+        unsigned gv;
+        char want[128];
+        if (sscanf(got, "%d:%u:", &gi, &gv) != 2 || gi != i || gv < before) {
+            a->bad = 3;
+            break;
+        }
+        size_t wl = value_of(want, sizeof want, i, gv);
+        if (wl != gl || memcmp(want, got, wl) != 0)
+            a->bad = 4;
+        if (a->reads++ == 0)
+            atomic_fetch_add(a->reading, 1);
+    }
+    tc_close(c);
+    return NULL;
+}
+
+static void threads_with_handles_of_their_own(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 128 * 1024, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v[NKEYS];
+    static _Atomic unsigned committed[NKEYS];
+    REQUIRE_RC(write_versions(w, v, NULL), 0);
+    atomic_int stop = 0, reading = 0;
+    enum { READERS = 4 };
+    reader_arg args[READERS];
+    pthread_t th[READERS];
+    for (int k = 0; k < READERS; k++) {
+        args[k] = (reader_arg){t.path, committed, &stop, &reading, 0, 0};
+        REQUIRE(pthread_create(&th[k], NULL, reader, &args[k]) == 0);
+    }
+    /* The commits start once every reader reads (under valgrind a thread
+     * may take long to be scheduled); a reader that failed ends the wait. */
+    for (int waited = 0; atomic_load(&reading) < READERS && waited < 30000; waited++) {
+        int failed = 0;
+        for (int k = 0; k < READERS; k++)
+            failed |= args[k].bad;
+        if (failed)
+            break;
+        msleep(1);
+    }
+    unsigned seed = 777;
+    char key[32], val[128];
+    int rounds = getenv("QS_TEST_SCALE") && !strcmp(getenv("QS_TEST_SCALE"), "small") ? 20 : 1500;
+    for (int round = 1; round <= rounds; round++) {
+        /* a few keys per commit; a checkpoint every 128 KiB of log */
+        int n = 1 + (int)(rand_r(&seed) % 20);
+        int keys[20];
+        CHECK_RC(qs_begin(w), 0);
+        for (int j = 0; j < n; j++) {
+            int i = keys[j] = (int)(rand_r(&seed) % NKEYS);
+            v[i] = (unsigned)round;
+            int kl = key_of(key, sizeof key, i);
+            size_t vl = value_of(val, sizeof val, i, v[i]);
+            CHECK_RC(qs_put(w, key, (size_t)kl, val, vl), 0);
+        }
+        CHECK_RC(qs_commit(w), 0);
+        for (int j = 0; j < n; j++)
+            atomic_store(&committed[keys[j]], v[keys[j]]);
+    }
+    atomic_store(&stop, 1);
+    for (int k = 0; k < READERS; k++) {
+        pthread_join(th[k], NULL);
+        CHECK(args[k].bad == 0);
+        if (args[k].bad)
+            printf("  reader %d: failure %d after %ld reads\n", k, args[k].bad, args[k].reads);
+        CHECK(args[k].reads > 0);
+    }
+    CHECK(stat_of(w).checkpoints > 0);
+    CHECK_RC(read_matches(w, v), 0);
+    CHECK_RC(qs_close(w), 0);
+    tc_tmp_remove(&t);
+}
+
+static int child_reads(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    const char *path = arg;
+    static unsigned v[NKEYS];
+    int rc;
+    qs_options o;
+    qs_options_init(&o);
+    o.flag = QS_OPEN_READ;
+    qs_casket *c[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++)
+        if ((rc = qs_open(path, &o, &c[k])) != 0)
+            return 10;
+    int bad = read_matches(c[0], v) || read_matches(c[1], v);
+    qs_stat st;
+    qs_stat_get(c[1], &st);
+    (qs_close)(c[0]);
+    (qs_close)(c[1]);
+    return bad ? 11 : st.pages_shared == 0 ? 12 : 0;
+}
+
+/* The child of a fork, made while the parent's handles shared images,
+ * opens handles of its own that share among themselves. */
+static void child_of_fork_shares_its_own(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v[NKEYS];
+    REQUIRE_RC(write_versions(w, v, NULL), 0);
+    qs_casket *b = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(b, v), 0);
+    CHECK_RC(read_matches(w, v), 0);
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, child_reads, t.path) == 0);
+    int status = tc_child_end(&ch);
+    CHECK(status == 0);
+    if (status)
+        printf("  the child ended with %d\n", status);
+    CHECK_RC(read_matches(b, v), 0);
+    CHECK_RC(qs_close(b), 0);
+    CHECK_RC(qs_close(w), 0);
+    tc_tmp_remove(&t);
+}
+
+int main(void)
+{
+    RUN(second_handle_takes_what_the_first_read);
+    RUN(readers_follow_commits_and_checkpoints);
+    RUN(snapshot_beside_shared_readers);
+    RUN(threads_with_handles_of_their_own);
+    RUN(child_of_fork_shares_its_own);
+    return tc_summary();
+}
