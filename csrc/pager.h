@@ -233,9 +233,23 @@ void pg_publish(pager *p);
 /* Drops the transaction's changes. */
 void pg_abort(pager *p);
 
+/* The guard of the committed cache while pg_checkpoint_copy runs beside
+ * readers: hold(ctx, 1) takes the mutex that serializes their use of the
+ * cache (the casket's operation mutex), hold(ctx, 0) releases it. */
+typedef struct pg_guard {
+    void (*hold)(void *ctx, int take);
+    void *ctx;
+} pg_guard;
+
 /* Copies every logged page to the main file, writes page 0 and syncs the
- * main file.  No transaction may be open.  Returns 0 or errno. */
-int pg_checkpoint_copy(pager *p);
+ * main file.  No transaction may be open, and the view must be the newest
+ * committed state (the write lock held).  A page whose committed image is
+ * in the cache is copied from there (under guard, NULL when no reader can
+ * run), the others are read from the log; runs of consecutive pages go out
+ * in one write.  Returns 0, QS_NOMEM, QS_CORRUPT (a log frame failed its
+ * checks: the main file may hold some new pages but not page 0, so the log
+ * still replays over it) or errno. */
+int pg_checkpoint_copy(pager *p, const pg_guard *guard);
 
 /* After pg_checkpoint_copy (operation mutex held): forgets the log index and
  * starts a new log generation.  Returns 0 or errno; on error the log header

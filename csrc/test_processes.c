@@ -393,6 +393,76 @@ static void checkpoint_finished_after_readers_left(void)
     tc_tmp_remove(&t);
 }
 
+/* ------------------------------------------------------------------ */
+/* a checkpoint copies cached images: they must be the newest commit's  */
+
+#define REPLACED_KEYS 400
+
+static void replaced_key(char *k, size_t cap, int i) { snprintf(k, cap, "rk%05d", i); }
+
+/* The child replaces every value, in commits of its own with sync off, and
+ * ends without closing: its commits stay in the log, for the parent's
+ * checkpoint to copy. */
+static int replace_values(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    int rc;
+    qs_casket *c = open_mode(arg, QS_OPEN_WRITE, &rc);
+    if (rc)
+        return 1;
+    char k[32];
+    for (int i = 0; i < REPLACED_KEYS; i++) {
+        replaced_key(k, sizeof k, i);
+        if (put_str(c, k, "child's") != 0)
+            return 2;
+    }
+    return 0;
+}
+
+/* The parent has read every page into its cache; another process then
+ * rewrites all of them.  The parent's checkpoint copies the pages it holds
+ * from its cache: only after its refresh replaced each stale image with
+ * the child's, or the main file (and every open after it) would go back
+ * to the parent's values. */
+static void checkpoint_after_another_process_wrote(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_mode(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    char k[32];
+    for (int i = 0; i < REPLACED_KEYS; i++) {
+        replaced_key(k, sizeof k, i);
+        CHECK_RC(put_str(c, k, "parent's"), 0);
+    }
+    CHECK_RC(qs_sync(c), 0);    /* the main file has the parent's values */
+    for (int i = 0; i < REPLACED_KEYS; i++) {
+        replaced_key(k, sizeof k, i);
+        CHECK(get_is(c, k, "parent's"));
+    }
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, replace_values, t.path) == 0);
+    CHECK(tc_child_end(&ch) == 0);
+    qs_stat before = stat_of(c);
+    CHECK_RC(qs_sync(c), 0);
+    CHECK(stat_of(c).checkpoints == before.checkpoints + 1);
+    CHECK_RC(qs_close(c), 0);
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    int wrong = 0;
+    for (int i = 0; i < REPLACED_KEYS; i++) {
+        replaced_key(k, sizeof k, i);
+        wrong += !get_is(c, k, "child's");
+    }
+    CHECK(wrong == 0);
+    if (wrong)
+        printf("  %d of %d keys lost the child's value\n", wrong, REPLACED_KEYS);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -400,5 +470,6 @@ int main(void)
     RUN(checkpointer_killed_after_page0);
     RUN(checkpointer_killed_after_log_header);
     RUN(checkpoint_finished_after_readers_left);
+    RUN(checkpoint_after_another_process_wrote);
     return tc_summary();
 }

@@ -508,6 +508,17 @@ int tx_checkpoint(qs_casket *c, uint64_t keep)
     return checkpoint_run(c, keep, 1);
 }
 
+/* pg_checkpoint_copy's guard: this handle's readers use the committed
+ * cache under the operation mutex. */
+static void hold_cache(void *ctx, int take)
+{
+    qs_casket *c = ctx;
+    if (take)
+        pthread_mutex_lock(&c->mu);
+    else
+        pthread_mutex_unlock(&c->mu);
+}
+
 /* pins_hold_off 0: finishing a dead writer's checkpoint, which no pin
  * taken since can stop. */
 static int checkpoint_run(qs_casket *c, uint64_t keep, int pins_hold_off)
@@ -534,7 +545,7 @@ static int checkpoint_run(qs_casket *c, uint64_t keep, int pins_hold_off)
      * leave newer pages in it than the log can replay to.  Holds with sync
      * off too: there commits may be lost, but never the file's sanity. */
     if (c->pg.logidx.len && (rc = tx_group_sync(c, c->lsn_base + c->pg.log_end)) == 0)
-        rc = pg_checkpoint_copy(&c->pg);
+        rc = pg_checkpoint_copy(&c->pg, &(pg_guard){hold_cache, c});
     if (rc) {
         if (c->shared)
             sh_ckpt_end(&c->sh);
