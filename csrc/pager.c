@@ -459,7 +459,7 @@ static int get_committed(pager *p, uint32_t pgno, pg_buf **out)
     if ((rc = cache_insert(p, &p->cache, pgno, b)) != 0)
         return rc;
     p->pages_read++;
-    ps_keep(p->share, p->share_salt, pgno, src, b, p->cached_only);
+    ps_keep(p->share, p->share_salt, p->log.base_txn, pgno, src, b, p->cached_only);
     *out = b;
     return 0;
 }

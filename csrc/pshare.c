@@ -27,6 +27,9 @@ struct ps_cache {
     _Atomic int active;         /* members >= 2: read without a lock */
     pthread_mutex_t mu;         /* everything below */
     uint64_t salt;              /* the generation the images belong to */
+    uint64_t base_txn;          /* its log's base transaction: a later
+                                   generation's is never lower, so a lower
+                                   one is a lagging member's older view */
     size_t cap;                 /* most slots: the largest member budget */
     size_t used;                /* slots handed out so far */
     size_t hand;                /* the next slot to replace once used == cap */
@@ -124,6 +127,7 @@ void ps_leave(ps_cache *pc)
         pthread_mutex_lock(&pc->mu);
         atomic_store(&pc->active, 0);
         drop_holds(pc, 0);
+        pc->salt = pc->base_txn = 0;
         pthread_mutex_unlock(&pc->mu);
     }
     if (pc->members == 0) {
@@ -205,7 +209,8 @@ static long slot_for(ps_cache *pc, uint32_t pgno)
     return (long)i;
 }
 
-void ps_keep(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, pg_buf *b, int nowait)
+void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint64_t src,
+             pg_buf *b, int nowait)
 {
     if (!pc || !salt || !atomic_load_explicit(&pc->active, memory_order_relaxed))
         return;
@@ -217,9 +222,18 @@ void ps_keep(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, pg_buf *b
         return;
     }
     if (pc->salt != salt) {
-        /* A new generation: every image held is of an older one. */
+        if (base_txn < pc->base_txn) {
+            /* A member that has not caught up with a checkpoint yet: its
+             * image is of an older generation, the cache's are newer and
+             * about to be wanted by every member. */
+            pthread_mutex_unlock(&pc->mu);
+            return;
+        }
+        /* A new generation (or one of the same base transaction, whose
+         * order is unknown): every image held is of another one. */
         drop_holds(pc, 1);
         pc->salt = salt;
+        pc->base_txn = base_txn;
     }
     long i = slot_for(pc, pgno);
     if (i >= 0) {

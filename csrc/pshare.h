@@ -62,10 +62,15 @@ void ps_leave(ps_cache *pc);
 pg_buf *ps_find(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, int nowait);
 
 /* Files b, the caller's own verified committed image of pgno (holders 0)
- * read from src in generation salt.  If the cache takes it, b is shared
- * from then on, the caller holding one hold; otherwise (idle, salt 0, out
- * of memory, the mutex busy with nowait) b stays the caller's own. */
-void ps_keep(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, pg_buf *b, int nowait);
+ * read from src in generation salt, whose log's base transaction is
+ * base_txn.  An image of a generation other than the cache's replaces the
+ * cache's images unless its base_txn is lower (a member behind a
+ * checkpoint: the cache keeps the newer generation).  If the cache takes
+ * it, b is shared from then on, the caller holding one hold; otherwise
+ * (idle, salt 0, an older generation, out of memory, the mutex busy with
+ * nowait) b stays the caller's own. */
+void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint64_t src,
+             pg_buf *b, int nowait);
 
 /* Lets go of one hold of a shared buffer; the last frees it. */
 void ps_release(pg_buf *b);

@@ -9,6 +9,7 @@
  * order, and a fork (run under valgrind and ASan by make valgrind / asan).
  */
 #include "test_common.h"
+#include "pshare.h"
 
 #define NKEYS 3000
 
@@ -358,6 +359,50 @@ static void child_of_fork_shares_its_own(void)
     tc_tmp_remove(&t);
 }
 
+/* The cache's rule between generations, driven through ps_ itself: an
+ * image filed by a member still behind a checkpoint (its log's base
+ * transaction lower) leaves the newer generation's images where they are;
+ * an image of a later generation replaces them. */
+static void older_generation_leaves_the_newer_one(void)
+{
+    /* a (dev, ino) no file of this test has */
+    ps_cache *a, *b;
+    REQUIRE_RC(ps_join(UINT64_MAX, UINT64_MAX - 1, 16, &a), 0);
+    REQUIRE_RC(ps_join(UINT64_MAX, UINT64_MAX - 1, 16, &b), 0);
+    REQUIRE(a == b);
+    pg_buf *newer = calloc(1, sizeof *newer), *older = calloc(1, sizeof *older);
+    pg_buf *later = calloc(1, sizeof *later);
+    REQUIRE(newer && older && later);
+    ps_keep(a, 0x2222, 10, 5, 4096, newer, 0);
+    CHECK(atomic_load(&newer->holders) == 2);
+    pg_buf *got = ps_find(b, 0x2222, 5, 4096, 0);
+    CHECK(got == newer);
+    if (got)
+        ps_release(got);
+
+    ps_keep(b, 0x1111, 7, 6, PS_MAIN, older, 0);
+    CHECK(atomic_load(&older->holders) == 0);   /* not taken: still b's own */
+    CHECK(ps_find(a, 0x1111, 6, PS_MAIN, 0) == NULL);
+    got = ps_find(a, 0x2222, 5, 4096, 0);
+    CHECK(got == newer);
+    if (got)
+        ps_release(got);
+    free(older);
+
+    ps_keep(b, 0x3333, 12, 5, 8192, later, 0);
+    CHECK(atomic_load(&later->holders) == 2);
+    CHECK(atomic_load(&newer->holders) == 1);   /* the cache let go of it */
+    CHECK(ps_find(a, 0x2222, 5, 4096, 0) == NULL);
+    got = ps_find(a, 0x3333, 5, 8192, 0);
+    CHECK(got == later);
+    if (got)
+        ps_release(got);
+    ps_release(newer);
+    ps_release(later);
+    ps_leave(b);    /* one member left: the cache lets go of later */
+    ps_leave(a);
+}
+
 int main(void)
 {
     RUN(second_handle_takes_what_the_first_read);
@@ -365,5 +410,6 @@ int main(void)
     RUN(snapshot_beside_shared_readers);
     RUN(threads_with_handles_of_their_own);
     RUN(child_of_fork_shares_its_own);
+    RUN(older_generation_leaves_the_newer_one);
     return tc_summary();
 }
