@@ -23,8 +23,9 @@
  * salt, page number and source, so a handle that has not caught up yet
  * gets the image its view holds, never a newer one.  The cache holds the
  * images of one generation: the first filed under a new salt drops the
- * others.  Salt 0 means "no generation to share in": nothing is found or
- * filed.
+ * others, unless its log's base transaction is lower than theirs (a member
+ * behind a checkpoint; salts are random, base transactions only grow).
+ * Salt 0 means "no generation to share in": nothing is found or filed.
  *
  * A shared buffer's data never changes (pager.c copies before it would
  * write); its holders count says how many caches hold it, and the last one
