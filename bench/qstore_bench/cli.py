@@ -908,6 +908,11 @@ def goals(reps: Optional[int], small: bool, line_names: str, base: Optional[str]
                "ratio = pyqstore's median over the best peer's median")
     _table(*goals_table(result))
     for x in result["rows"]:
+        if x.get("beside"):
+            click.echo(f"# {x['row']}, beside (measured, not in the ratio): " + ", ".join(
+                f"{name} {_rate(b['median'])} ({_rate(b['min'])}-{_rate(b['max'])}), "
+                f"{x['pyqstore']['median'] / b['median']:.2f}x"
+                for name, b in x["beside"].items()))
         for name, why in x.get("unavailable", {}).items():
             click.echo(f"# {x['row']}: {name} could not do the work: {why}")
     click.echo("# work per cell, both sides:")

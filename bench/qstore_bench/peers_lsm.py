@@ -62,9 +62,15 @@ class _Rocks:
     def write(self, batch: Any) -> None:
         self.db.write(batch)
 
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def delete(self, key: bytes) -> None:
+        self.db.delete(key)
+
+    def scan(self, prefix: bytes, start: Optional[bytes] = None
+             ) -> Iterator[tuple[bytes, bytes]]:
+        """The records under prefix in key order, from start (a key under
+        prefix) if given."""
         it = self.db.iter()
-        it.seek(prefix)
+        it.seek(start or prefix)
         while it.valid():
             k = it.key()
             if not k.startswith(prefix):
@@ -96,12 +102,29 @@ class _Level:
     def write(self, batch: Any) -> None:
         batch.write()
 
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        with self.db.iterator(prefix=prefix) as it:
+    def delete(self, key: bytes) -> None:
+        self.db.delete(key, sync=self.sync)
+
+    def scan(self, prefix: bytes, start: Optional[bytes] = None
+             ) -> Iterator[tuple[bytes, bytes]]:
+        if start is None:
+            with self.db.iterator(prefix=prefix) as it:
+                yield from it
+            return
+        # plyvel takes a prefix or a start, not both: stop at the first key
+        # past the prefix instead
+        with self.db.iterator(start=start, stop=_after_prefix(prefix)) as it:
             yield from it
 
     def close(self) -> None:
         self.db.close()
+
+
+def _after_prefix(prefix: bytes) -> Optional[bytes]:
+    """The least key above every key that starts with prefix (None: there
+    is none, the prefix is all 0xff)."""
+    head = prefix.rstrip(b"\xff")
+    return head[:-1] + bytes([head[-1] + 1]) if head else None
 
 
 class _Shared:
@@ -187,6 +210,11 @@ class _Lsm(bk.Backend):
 
     def open(self, directory: str, sync: bool) -> bk.Store:
         return _LsmStore(_Shared(self.engine(os.path.join(directory, self.name), sync)))
+
+
+# the engines by backend name, for code that drives them directly
+# (queue_lines.py's queue lines)
+ENGINES = {"rocksdb": _Rocks, "leveldb": _Level}
 
 
 class RocksDB(_Lsm):

@@ -74,6 +74,30 @@ def test_verdict_is_the_median_over_the_best_peers_median(tmp_path):
     assert x["ratio"] == 0.6 and x["met"] is False
 
 
+def test_beside_peers_are_reported_but_not_in_the_ratio(tmp_path):
+    def fixed(x: float) -> goals.Cell:
+        return lambda wd: x
+
+    row = goals.Row("test", "made up", "writes/s", 1.2, fixed(10.0), {"btree": fixed(5.0)},
+                    "sync off", "sync off", beside={"lsm": fixed(40.0)})
+    with Workdir(str(tmp_path)) as wd:
+        x = goals.measure(row, 2, wd)
+    assert x["best_peer"] == "btree" and x["ratio"] == 2.0 and x["met"] is True
+    assert set(x["peers"]) == {"btree"}
+    assert x["beside"] == {"lsm": {"median": 40.0, "min": 40.0, "max": 40.0,
+                                   "runs": [40.0, 40.0]}}
+
+
+def test_kv_put_has_the_lsm_stores_beside_and_kv_get_counts_them():
+    table = goals.rows(["kv-put", "kv-get", "drain", "churn"], goals.SMALL, {})
+    for r in table:
+        lsm_here = {"rocksdb", "leveldb"} & (set(r.peers) | set(r.beside))
+        if r.line == "kv-put":
+            assert not lsm_here & set(r.peers) and set(r.beside) == lsm_here
+        else:
+            assert not r.beside and lsm_here <= set(r.peers)
+
+
 def test_unknown_line_is_refused():
     res = CliRunner().invoke(main, ["goals", "--small", "--lines", "sweep,nosuch"])
     assert res.exit_code != 0 and "--lines" in res.output
@@ -100,14 +124,16 @@ def test_kv_put_and_get_rows_share_one_perf_run_per_cell(tmp_path, monkeypatch):
         after_puts = len(calls)
         get_results = [goals.measure(r, 2, wd) for r in gets]
     assert len(calls) == after_puts     # the get row ran no perf_run of its own
-    assert after_puts == 2 * sum(1 + len(r.peers) for r in puts)
+    assert after_puts == 2 * sum(1 + len(r.peers) + len(r.beside) for r in puts)
     n = goals.SMALL.kv_requests
     runs_used = []
     for p, g in zip(put_results, get_results):
         # each get figure is the read phase of the run that gave a put
         # figure, on every side
-        for side in ["pyqstore", *p["peers"]]:
-            of = (lambda r: r["pyqstore"]) if side == "pyqstore" else (lambda r: r["peers"][side])
+        # (the LSM stores are beside the put row, but peers of the get row)
+        for side in ["pyqstore", *p["peers"], *p["beside"]]:
+            def of(r):
+                return r["pyqstore"] if side == "pyqstore" else {**r["beside"], **r["peers"]}[side]
             write_runs = of(p)["runs"]
             assert of(g)["runs"] == pytest.approx([w / 1000 for w in write_runs])
             runs_used += [round(n / w) for w in write_runs]
@@ -120,6 +146,38 @@ def test_kv_put_and_get_rows_share_one_perf_run_per_cell(tmp_path, monkeypatch):
     with Workdir(str(tmp_path)) as wd:
         goals.measure(only[0], 1, wd)
     assert len(calls) == 1 + len(only[0].peers)
+
+
+@pytest.mark.parametrize("name", ["rocksdb", "leveldb"])
+@pytest.mark.parametrize("line", ["put_many", "put", "drain", "churn"])
+def test_lsm_queue_lines_move_every_item_once(tmp_path, name, line):
+    """Each LSM queue line on real RocksDB / LevelDB: the functions assert
+    that every item went in (put_many, put) or came out exactly once and
+    left the range empty (drain, churn); a drain of more than one batch
+    seeks past the tombstones of the batches before it."""
+    from qstore_bench import queue_lines
+    pytest.importorskip({"rocksdb": "rocksdict", "leveldb": "plyvel"}[name])
+    pay = queue_lines.payloads(2500)
+    assert queue_lines.RUNNERS[line][name](str(tmp_path), pay) > 0
+
+
+def test_lsm_drain_takes_the_items_in_order(tmp_path):
+    from qstore_bench import queue_lines
+    from qstore_bench import backends  # noqa: F401  (loads peers_lsm)
+    from qstore_bench.peers_lsm import ENGINES, _after_prefix
+    pytest.importorskip("plyvel")
+    assert _after_prefix(b"q\x00\x00\x00\x04port") == b"q\x00\x00\x00\x04poru"
+    assert _after_prefix(b"a\xff\xff") == b"b" and _after_prefix(b"\xff") is None
+    e = ENGINES["leveldb"](str(tmp_path / "db"), False)
+    queue = queue_lines._LSM_QUEUE
+    for i in range(1, 6):
+        e.put(queue + i.to_bytes(8, "big"), b"%d" % i)
+    e.put(b"r", b"after the queue's range")
+    e.delete(queue + (1).to_bytes(8, "big"))
+    start = queue + (3).to_bytes(8, "big")
+    assert [v for _, v in e.scan(queue, start)] == [b"3", b"4", b"5"]
+    assert [v for _, v in e.scan(queue)] == [b"2", b"3", b"4", b"5"]
+    e.close()
 
 
 def test_get_behind_holds_its_reservations_through_the_timed_gets(tmp_path):
