@@ -407,6 +407,7 @@ void pg_close(pager *p)
         free(b);
     }
     p->nspare = 0;
+    free(p->pub_frames);
     ps_leave(p->share);
     p->share = NULL;
 }
@@ -912,11 +913,30 @@ out:
     return rc;
 }
 
+/* Room in p->pub_frames for n frames; 0 when there is none (the commit
+ * is then not filed: other handles read the log for it). */
+static int pub_room(pager *p, size_t n)
+{
+    if (n <= p->pub_cap)
+        return 1;
+    ps_frame *f = realloc(p->pub_frames, n * sizeof *f);
+    if (!f)
+        return 0;
+    p->pub_frames = f;
+    p->pub_cap = n;
+    return 1;
+}
+
 void pg_publish(pager *p)
 {
     uint32_t k;
     uint64_t v, old;
     size_t left = p->dirty.len;
+    /* Other handles of the process catch up over this commit from the
+     * shared cache (its images, and the frames filed below). */
+    int file = ps_active(p->share) && p->share_salt &&
+               pub_room(p, p->dirty.len + p->spill.len);
+    size_t nframes = 0;
     for (size_t i = 0; i < p->dirty.cap && left; i++) {
         if (!hm_slot(&p->dirty, i, &k, &v))
             continue;
@@ -927,16 +947,29 @@ void pg_publish(pager *p)
          * the writer changes, so that put cannot fail.  Readers may have used
          * the cache's room meanwhile: a page that does not fit there is
          * simply not cached (the log index or the main file has it). */
+        int cached = 1;
         if (hm_get(&p->cache, k, &old)) {
             buf_drop(p, as_buf(old));
             hm_put(&p->cache, k, v);    /* replaces in place */
-        } else if (hm_put(&p->cache, k, v) != 0)
+        } else if (hm_put(&p->cache, k, v) != 0) {
             buf_drop(p, b);
+            cached = 0;
+        }
         if (off & DIRECT) {
             if (p->main_pages <= k)
                 p->main_pages = (uint64_t)k + 1;
-        } else
+            /* a page the file grew by: its committed image is the main
+             * file's from now on */
+            if (file && cached)
+                ps_keep(p->share, p->share_salt, p->log.base_txn, k, PS_MAIN, b, 0);
+        } else {
             hm_put(&p->logidx, k, off);
+            if (file) {
+                if (cached)
+                    ps_keep(p->share, p->share_salt, p->log.base_txn, k, off, b, 0);
+                p->pub_frames[nframes++] = (ps_frame){k, off};
+            }
+        }
     }
     left = p->spill.len;
     for (size_t i = 0; i < p->spill.cap && left; i++) {
@@ -952,9 +985,15 @@ void pg_publish(pager *p)
         if (v & DIRECT) {
             if (p->main_pages <= k)
                 p->main_pages = (uint64_t)k + 1;
-        } else
+        } else {
             hm_put(&p->logidx, k, v);
+            if (file)
+                p->pub_frames[nframes++] = (ps_frame){k, v};
+        }
     }
+    if (file)
+        ps_note_commit(p->share, p->share_salt, p->log_end, p->txn_end, &p->wmeta,
+                       p->pub_frames, nframes);
     hm_clear(&p->dirty);
     hm_clear(&p->spill);
     p->meta = p->wmeta;
@@ -1066,7 +1105,10 @@ out:
 int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
 {
     /* The main file holds everything now, whatever happens to the log. */
+    uint64_t old_salt = p->share_salt ? p->log.salt : 0;
     int rc = wal_reset(&p->log, p->meta.txn);
+    if (rc == 0)
+        ps_new_generation(p->share, old_salt, p->log.salt, p->log.base_txn, &p->logidx);
     hm_clear(&p->logidx);
     if (p->main_pages < p->meta.npages)
         p->main_pages = p->meta.npages;
@@ -1109,6 +1151,31 @@ static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
 drop:
     hm_del(&p->cache, pgno);
     buf_drop(p, b);
+}
+
+/* ps_catch_up's apply: the frame at off is pgno's newest; an image of it
+ * from the shared cache replaces ours, else ours is dropped. */
+static int catch_up_frame(void *ctx, uint32_t pgno, uint64_t off, pg_buf *image)
+{
+    pager *p = ctx;
+    uint64_t v;
+    if (hm_put(&p->logidx, pgno, off) != 0) {
+        if (image)
+            ps_release(image);
+        return QS_NOMEM;
+    }
+    if (!hm_get(&p->cache, pgno, &v)) {
+        if (image)
+            ps_release(image);  /* read when wanted, from the shared cache */
+        return 0;
+    }
+    buf_drop(p, as_buf(v));
+    if (image) {
+        hm_put(&p->cache, pgno, as_val(image));     /* replaces in place */
+        p->pages_shared++;
+    } else
+        hm_del(&p->cache, pgno);
+    return 0;
 }
 
 /* Page 0 of the main file: its meta, or QS_CORRUPT when it fails its check. */
@@ -1184,7 +1251,14 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         if ((rc = main_size_pages(p, &p->main_pages)) != 0)
             return rc;
     }
-    if (end > p->log_end) {
+    pg_meta caught;
+    if (end > p->log_end &&
+        ps_catch_up(p->share, p->share_salt, p->log_end, end, catch_up_frame, p, &caught) == 1) {
+        /* every commit since our view was published by a handle of this
+         * process: no log read */
+        p->meta = caught;
+        p->log_end = end;
+    } else if (end > p->log_end) {
         wal_recovery rec;
         rc = wal_scan(&p->log, &p->logidx, p->log_end, end, p->meta.txn, 1, &rec, forget_cached,
                       p);
@@ -1205,6 +1279,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         }
         if (!rec.found_commit || rec.end != end)
             return QS_CORRUPT;
+        p->frames_scanned += rec.frames;
         p->meta = rec.meta;
         p->log_end = end;
     } else if (end < p->log_end)

@@ -102,6 +102,11 @@ typedef struct pager {
     pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
     uint8_t **cw_pages;
     size_t cw_cap;
+    struct ps_frame *pub_frames;    /* pg_publish's list for the shared
+                                       cache (ps_note_commit), kept */
+    size_t pub_cap;
+    uint64_t frames_scanned;    /* log frames read to catch up with other
+                                   handles' commits (qs_stat) */
 } pager;
 
 /* Opens the pager over an open main file fd and log fd (log_fd -1: no log,

@@ -20,6 +20,18 @@ typedef struct ps_slot {
     pg_buf *buf;                /* a hold, or NULL */
 } ps_slot;
 
+/* A published commit: log bytes [from, to) of generation salt, its n
+ * frames from the frame ring's entry number first on, the meta it made. */
+typedef struct ps_run {
+    uint64_t salt, from, to;
+    uint64_t first;
+    size_t n;
+    pg_meta meta;
+} ps_run;
+
+#define PS_RUNS 64
+#define PS_RUN_FRAMES 4096
+
 struct ps_cache {
     ps_cache *next;             /* the registry's list */
     uint64_t dev, ino;
@@ -36,6 +48,14 @@ struct ps_cache {
     size_t alloc;               /* slots allocated */
     ps_slot *slots;
     hm_map where;               /* pgno -> slot index */
+    /* The newest commits members published (ps_note_commit), for members
+     * catching up over them: a ring of runs, their frames in a ring of
+     * PS_RUN_FRAMES; a run is whole while no later run's frames have
+     * overwritten its own (first + PS_RUN_FRAMES >= frames_noted). */
+    ps_run *runs;               /* PS_RUNS of them, NULL until the first */
+    ps_frame *frames;
+    size_t runs_noted;          /* runs filed since the ring was made */
+    uint64_t frames_noted;      /* frames filed since the ring was made */
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -77,10 +97,16 @@ static void drop_holds(ps_cache *pc, int keep_slots)
             pc->slots[i].buf = NULL;
         }
     pc->used = pc->hand = 0;
+    pc->runs_noted = 0;         /* the runs name these images' generation */
+    pc->frames_noted = 0;
     if (keep_slots) {
         hm_clear(&pc->where);
         return;
     }
+    free(pc->runs);
+    free(pc->frames);
+    pc->runs = NULL;
+    pc->frames = NULL;
     free(pc->slots);
     pc->slots = NULL;
     pc->alloc = 0;
@@ -242,5 +268,150 @@ void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint
         pc->slots[i].src = src;
         pc->slots[i].buf = b;
     }
+    pthread_mutex_unlock(&pc->mu);
+}
+
+int ps_active(const ps_cache *pc)
+{
+    return pc && atomic_load_explicit(&pc->active, memory_order_relaxed);
+}
+
+void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
+                    const pg_meta *meta, const ps_frame *frames, size_t n)
+{
+    if (!pc || !salt || from >= to || !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&pc->mu);
+    if (!pc->active || pc->salt != salt) {
+        /* idle, or the cache holds another generation's images: a member
+         * catching up over this commit reads the log */
+        pthread_mutex_unlock(&pc->mu);
+        return;
+    }
+    if (!pc->runs) {
+        pc->runs = malloc(PS_RUNS * sizeof *pc->runs);
+        pc->frames = malloc(PS_RUN_FRAMES * sizeof *pc->frames);
+        if (!pc->runs || !pc->frames) {
+            free(pc->runs);
+            free(pc->frames);
+            pc->runs = NULL;
+            pc->frames = NULL;
+            pthread_mutex_unlock(&pc->mu);
+            return;
+        }
+        pc->runs_noted = 0;
+        pc->frames_noted = 0;
+    }
+    if (n > PS_RUN_FRAMES) {
+        /* a big commit: those before it cannot be chained over it */
+        pc->runs_noted = 0;
+        pc->frames_noted = 0;
+        pthread_mutex_unlock(&pc->mu);
+        return;
+    }
+    ps_run *r = &pc->runs[pc->runs_noted % PS_RUNS];
+    r->salt = salt;
+    r->from = from;
+    r->to = to;
+    r->first = pc->frames_noted;
+    r->n = n;
+    r->meta = *meta;
+    for (size_t i = 0; i < n; i++)
+        pc->frames[(pc->frames_noted + i) % PS_RUN_FRAMES] = frames[i];
+    pc->frames_noted += n;
+    pc->runs_noted++;
+    pthread_mutex_unlock(&pc->mu);
+}
+
+/* The run of generation salt starting at from, whole, or NULL (pc->mu
+ * held).  Newest first: the one a member catching up wants is recent. */
+static const ps_run *run_from(const ps_cache *pc, uint64_t salt, uint64_t from)
+{
+    size_t kept = pc->runs_noted < PS_RUNS ? pc->runs_noted : PS_RUNS;
+    for (size_t k = 1; k <= kept; k++) {
+        const ps_run *r = &pc->runs[(pc->runs_noted - k) % PS_RUNS];
+        if (r->salt == salt && r->from == from)
+            return pc->frames_noted <= r->first + PS_RUN_FRAMES ? r : NULL;
+    }
+    return NULL;
+}
+
+int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
+                int (*apply)(void *ctx, uint32_t pgno, uint64_t off, pg_buf *image),
+                void *ctx, pg_meta *meta)
+{
+    if (!pc || !salt || from >= to || !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return 0;
+    pthread_mutex_lock(&pc->mu);
+    int rc = 0;
+    if (!pc->active || !pc->runs)
+        goto out;
+    /* First the whole chain, so that nothing is applied unless it covers
+     * [from, to) exactly. */
+    const ps_run *chain[PS_RUNS];
+    size_t len = 0;
+    for (uint64_t at = from; at != to; at = chain[len - 1]->to) {
+        const ps_run *r = len < PS_RUNS ? run_from(pc, salt, at) : NULL;
+        if (!r || r->to > to)
+            goto out;
+        chain[len++] = r;
+    }
+    for (size_t c = 0; c < len; c++)
+        for (size_t i = 0; i < chain[c]->n; i++) {
+            ps_frame f = pc->frames[(chain[c]->first + i) % PS_RUN_FRAMES];
+            pg_buf *image = NULL;
+            uint64_t slot;
+            if (pc->salt == salt && hm_get(&pc->where, f.pgno, &slot) &&
+                pc->slots[slot].src == f.off && pc->slots[slot].buf) {
+                image = pc->slots[slot].buf;
+                atomic_fetch_add_explicit(&image->holders, 1, memory_order_relaxed);
+            }
+            if ((rc = apply(ctx, f.pgno, f.off, image)) != 0)
+                goto out;
+        }
+    *meta = chain[len - 1]->meta;
+    rc = 1;
+out:
+    pthread_mutex_unlock(&pc->mu);
+    return rc;
+}
+
+void ps_new_generation(ps_cache *pc, uint64_t old_salt, uint64_t salt, uint64_t base_txn,
+                       const hm_map *logidx)
+{
+    if (!pc || !salt || !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&pc->mu);
+    if (!pc->active) {
+        pthread_mutex_unlock(&pc->mu);
+        return;
+    }
+    if (!old_salt || pc->salt != old_salt)
+        drop_holds(pc, 1);      /* images of some other generation */
+    else {
+        /* The newest committed image of a page is what the copy put into
+         * the main file: the main-file image of the new generation.  Any
+         * other (an older frame, or the main file's image of a page the
+         * old log changed) is stale there. */
+        for (size_t i = 0; i < pc->used; i++) {
+            ps_slot *sl = &pc->slots[i];
+            if (!sl->buf)
+                continue;
+            uint64_t off, at;
+            int logged = hm_get(logidx, sl->pgno, &off);
+            if (logged ? sl->src == off : sl->src == PS_MAIN) {
+                sl->src = PS_MAIN;
+                continue;
+            }
+            if (hm_get(&pc->where, sl->pgno, &at) && at == i)
+                hm_del(&pc->where, sl->pgno);
+            ps_release(sl->buf);
+            sl->buf = NULL;
+        }
+        pc->runs_noted = 0;     /* offsets of the old log */
+        pc->frames_noted = 0;
+    }
+    pc->salt = salt;
+    pc->base_txn = base_txn;
     pthread_mutex_unlock(&pc->mu);
 }

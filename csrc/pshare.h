@@ -73,6 +73,60 @@ pg_buf *ps_find(ps_cache *pc, uint64_t salt, uint32_t pgno, uint64_t src, int no
 void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint64_t src,
              pg_buf *b, int nowait);
 
+/* ---- catching up without reading the log ----
+ * A handle that catches up over another handle's commits scanned the log
+ * for them: read every frame, decode it, check its checksum, and drop or
+ * replace its images of their pages.  Ten threads, each committing
+ * through a handle of its own, so read each commit nine times.  The
+ * members of a cache file what they commit instead, and a member whose
+ * view is behind by commits of this process's handles only takes their
+ * page numbers and offsets from here, and the images from the cache. */
+
+/* One frame of a published commit: the page it holds and its offset. */
+typedef struct ps_frame {
+    uint32_t pgno;
+    uint64_t off;
+} ps_frame;
+
+/* Files the commit a member just published: its frames span log bytes
+ * [from, to) of generation salt (the log index entries it made, any
+ * order: a commit has one frame per page), and meta is the state it
+ * committed.  Call after filing the images (ps_keep), which moves the
+ * cache to a new generation.  The cache keeps the newest 64 commits and
+ * 4096 of their frames; it files nothing when idle, for salt 0 or a
+ * generation other than its images', for more frames than it keeps
+ * (which also forgets the commits before: none can be chained over it),
+ * or out of memory.  Thread-safe. */
+void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
+                    const pg_meta *meta, const ps_frame *frames, size_t n);
+
+/* Catches a view of generation salt up from log offset from to to over
+ * the filed commits, if a chain of them covers [from, to) exactly: calls
+ * apply(ctx, pgno, off, image) for their frames, commit by commit, where
+ * image is a hold on the cache's image of that frame (the callee owns the
+ * hold) or NULL, and sets *meta to the last commit's meta.  Returns 1
+ * (caught up), 0 (not covered: nothing applied, *meta untouched; scan the
+ * log), or the first error apply returned (a prefix of the frames
+ * applied: scan the log from `from`, which applies them again).  apply
+ * runs under the cache's mutex: it may not call ps_ functions other
+ * than ps_release. */
+int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
+                int (*apply)(void *ctx, uint32_t pgno, uint64_t off, pg_buf *image),
+                void *ctx, pg_meta *meta);
+
+/* A member's checkpoint turned generation old_salt, whose final log index
+ * (page -> newest frame) is logidx, into generation salt with base_txn:
+ * every image filed as the newest of its page is now the new generation's
+ * main-file image (PS_MAIN), so members that follow the new generation
+ * find it here instead of reading the file again; the others are dropped,
+ * and so are the filed commits.  old_salt 0 (the checkpointer's view did
+ * not share) drops everything. */
+void ps_new_generation(ps_cache *pc, uint64_t old_salt, uint64_t salt, uint64_t base_txn,
+                       const struct hm_map *logidx);
+
+/* Whether pc shares anything now (two or more members); NULL: no. */
+int ps_active(const ps_cache *pc);
+
 /* Lets go of one hold of a shared buffer; the last frees it. */
 void ps_release(pg_buf *b);
 

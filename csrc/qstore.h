@@ -255,6 +255,10 @@ typedef struct qs_stat {
     uint64_t pages_shared;   /* ... and took instead from another handle of
                                 the casket in this process, which had read
                                 them: one copy in memory for both */
+    uint64_t log_frames_read; /* log frames this handle read to follow
+                                other handles' commits since open (the
+                                commits of handles in this process are
+                                followed from memory, not read) */
 } qs_stat;
 
 /* Describes any return code of this library (0, QS_*, or errno).

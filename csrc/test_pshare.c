@@ -158,7 +158,10 @@ static void readers_follow_commits_and_checkpoints(void)
 }
 
 /* A snapshot reads its commit's images while handles that caught up read
- * the newer ones of the same pages, in the same log generation. */
+ * the newer ones of the same pages, in the same log generation.  The
+ * shared cache holds one image per page, the newest filed: a writer files
+ * what it commits, so a snapshot shares the pages of its commit only until
+ * they are rewritten, and a handle opened later shares the newest. */
 static void snapshot_beside_shared_readers(void)
 {
     tc_tmp t;
@@ -179,6 +182,8 @@ static void snapshot_beside_shared_readers(void)
     CHECK_RC(read_matches(b, v1), 0);       /* main-file images, filed */
     qs_casket *s = NULL;
     REQUIRE_RC(qs_snapshot_open(w, 0, 0, &s), 0);
+    CHECK_RC(read_matches(s, v1), 0);
+    CHECK(stat_of(s).pages_shared > 0);     /* v1's main-file pages, from b */
     REQUIRE_RC(write_versions(w, v2, NULL), 0);     /* in the log */
     CHECK_RC(read_matches(b, v2), 0);
     CHECK_RC(read_matches(s, v1), 0);
@@ -186,9 +191,10 @@ static void snapshot_beside_shared_readers(void)
     qs_casket *c = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
     REQUIRE_RC(rc, 0);
     CHECK_RC(read_matches(c, v3), 0);
+    qs_stat sc = stat_of(c);
+    CHECK(sc.pages_shared > 0);             /* v3's pages, filed by w */
     CHECK_RC(read_matches(s, v1), 0);
     CHECK_RC(read_matches(b, v3), 0);
-    CHECK(stat_of(s).pages_shared > 0);     /* v1's main-file pages, from b */
     CHECK_RC(qs_close(s), 0);
     CHECK_RC(qs_sync(w), 0);        /* a new generation */
     CHECK_RC(read_matches(c, v3), 0);
@@ -403,6 +409,166 @@ static void older_generation_leaves_the_newer_one(void)
     ps_leave(a);
 }
 
+/* A child process's commit of every key at version v (arg: a
+ * child_commit), through a handle of its own, ended without a close. */
+typedef struct {
+    const char *path;
+    const unsigned *versions;
+} child_commit;
+
+static int child_writes(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    const child_commit *cc = arg;
+    int rc;
+    qs_casket *c = tc_open(cc->path, QS_OPEN_WRITE, 0, 0, 0, &rc);
+    if (rc)
+        return 10;
+    return write_versions(c, cc->versions, NULL) ? 11 : 0;
+}
+
+/* Two writers of one process take turns: each follows the other's
+ * commits from the shared cache (the frames each commit filed and its
+ * images), reading no log frame, and reads exactly what was committed --
+ * across a checkpoint, and with some keys only changed.  A commit of
+ * another process is then read from the log. */
+static void writers_follow_each_other_from_memory(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *h[2];
+    h[0] = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    h[1] = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    static unsigned v[NKEYS];
+    static unsigned char changed[NKEYS];
+    uint32_t rnd = 7;
+    for (int round = 1; round <= 12; round++) {
+        qs_casket *w = h[round % 2], *r = h[1 - round % 2];
+        for (int i = 0; i < NKEYS; i++) {
+            rnd = rnd * 1103515245u + 12345u;
+            changed[i] = round < 3 || (rnd >> 16) % 5 == 0;
+            if (changed[i])
+                v[i] = (unsigned)round;
+        }
+        REQUIRE_RC(write_versions(w, v, changed), 0);
+        if (round == 6)
+            CHECK_RC(qs_sync(w), 0);        /* a new log generation */
+        CHECK_RC(read_matches(r, v), 0);
+        CHECK_RC(read_matches(w, v), 0);
+    }
+    qs_stat s0 = stat_of(h[0]), s1 = stat_of(h[1]);
+    CHECK(s0.log_frames_read == 0 && s1.log_frames_read == 0);
+    CHECK(s0.pages_shared > 0 && s1.pages_shared > 0);
+    /* and after the checkpoint the images it copied are the new
+     * generation's main-file images: nothing is read from the file */
+    CHECK(s0.pages_read == 0 && s1.pages_read == 0);
+    if (s0.log_frames_read || s1.log_frames_read || s0.pages_read || s1.pages_read)
+        printf("  log frames read: %llu, %llu; pages read %llu, %llu\n",
+               (unsigned long long)s0.log_frames_read, (unsigned long long)s1.log_frames_read,
+               (unsigned long long)s0.pages_read, (unsigned long long)s1.pages_read);
+    for (int i = 0; i < NKEYS; i++)
+        v[i] = 100;
+    child_commit cc = {t.path, v};
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, child_writes, &cc) == 0);
+    CHECK(tc_child_end(&ch) == 0);
+    CHECK_RC(read_matches(h[0], v), 0);
+    CHECK(stat_of(h[0]).log_frames_read > 0);       /* not filed here: read */
+    for (int i = 0; i < NKEYS; i += 3)
+        v[i] = 101;
+    memset(changed, 0, sizeof changed);
+    for (int i = 0; i < NKEYS; i += 3)
+        changed[i] = 1;
+    REQUIRE_RC(write_versions(h[0], v, changed), 0);
+    CHECK_RC(read_matches(h[1], v), 0);     /* the child's commit, then h[0]'s */
+    CHECK_RC(qs_close(h[0]), 0);
+    CHECK_RC(qs_close(h[1]), 0);
+    qs_casket *c = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(read_matches(c, v), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+#define WRITERS 4
+#define PUTS_EACH 400
+
+typedef struct {
+    const char *path;
+    int id;
+    int bad;
+} writer_arg;
+
+/* Autocommit puts of keys of its own through a handle of its own; after
+ * each, its previous key must read back: the handle follows the other
+ * writers' commits (from the shared cache) before each of its own. */
+static void *own_handle_writer(void *p)
+{
+    writer_arg *a = p;
+    int rc;
+    qs_casket *c = tc_open(a->path, QS_OPEN_WRITE, 0, 0, 0, &rc);
+    if (rc) {
+        a->bad = 1;
+        return NULL;
+    }
+    char key[32], val[32];
+    for (int i = 0; i < PUTS_EACH && !a->bad; i++) {
+        int kl = snprintf(key, sizeof key, "w%d-%05d", a->id, i);
+        int vl = snprintf(val, sizeof val, "%d:%d", a->id, i);
+        if (qs_put(c, key, (size_t)kl, val, (size_t)vl) != 0)
+            a->bad = 2;
+        else if (i % 50 == 49 && qs_sync(c) != 0)
+            a->bad = 3;     /* a checkpoint now and then, from any writer */
+    }
+    if (qs_close(c) != 0)
+        a->bad = 4;
+    return NULL;
+}
+
+static void threads_write_through_handles_of_their_own(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *first = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    pthread_t th[WRITERS];
+    writer_arg args[WRITERS];
+    for (int k = 0; k < WRITERS; k++) {
+        args[k] = (writer_arg){t.path, k, 0};
+        REQUIRE(pthread_create(&th[k], NULL, own_handle_writer, &args[k]) == 0);
+    }
+    for (int k = 0; k < WRITERS; k++) {
+        pthread_join(th[k], NULL);
+        CHECK(args[k].bad == 0);
+    }
+    /* the first handle followed them all; so does a new one */
+    qs_casket *later = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    int wrong = 0;
+    for (int k = 0; k < WRITERS; k++)
+        for (int i = 0; i < PUTS_EACH; i++) {
+            char key[32], val[32], got[32];
+            int kl = snprintf(key, sizeof key, "w%d-%05d", k, i);
+            int vl = snprintf(val, sizeof val, "%d:%d", k, i);
+            for (int h = 0; h < 2; h++) {
+                size_t gl = 0;
+                int grc = qs_get_into(h ? later : first, key, (size_t)kl, got, sizeof got, &gl);
+                wrong += grc != 0 || gl != (size_t)vl || memcmp(got, val, gl) != 0;
+            }
+        }
+    CHECK(wrong == 0);
+    if (wrong)
+        printf("  %d reads wrong\n", wrong);
+    CHECK_RC(qs_close(later), 0);
+    CHECK_RC(qs_close(first), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     RUN(second_handle_takes_what_the_first_read);
@@ -411,5 +577,7 @@ int main(void)
     RUN(threads_with_handles_of_their_own);
     RUN(child_of_fork_shares_its_own);
     RUN(older_generation_leaves_the_newer_one);
+    RUN(writers_follow_each_other_from_memory);
+    RUN(threads_write_through_handles_of_their_own);
     return tc_summary();
 }

@@ -755,7 +755,7 @@ def test_stats(casket):
     for name in ["page_size", "format_version", "pages", "free_pages", "records",
                  "file_bytes", "log_bytes", "log_file_bytes", "depth",
                  "in_transaction", "commits", "syncs", "checkpoints", "spilled_pages",
-                 "open_cursors", "pages_read", "pages_shared"]:
+                 "open_cursors", "pages_read", "pages_shared", "log_frames_read"]:
         assert name in st and isinstance(st[name], int)
     assert st["path"] == casket.path
     assert st["page_size"] == PAGE

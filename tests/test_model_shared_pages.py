@@ -62,6 +62,13 @@ class SharedPagesMachine(RuleBasedStateMachine):
         for k in ks:
             self.model[k] = v + k
 
+    @rule(h=handle_ids, k=keys, v=values)
+    def put_one(self, h, k, v):
+        # its own commit: the others follow it from the commits the
+        # handles of this process filed (pshare.h, ps_catch_up)
+        self.handles[h].put(k, v)
+        self.model[k] = v
+
     @rule(h=handle_ids, ks=key_sets)
     def delete_some(self, h, ks):
         c = self.handles[h]
