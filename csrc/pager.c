@@ -933,9 +933,12 @@ void pg_publish(pager *p)
     uint64_t v, old;
     size_t left = p->dirty.len;
     /* Other handles of the process catch up over this commit from the
-     * shared cache (its images, and the frames filed below). */
-    int file = ps_active(p->share) && p->share_salt &&
-               pub_room(p, p->dirty.len + p->spill.len);
+     * shared cache (its images, and the frames filed below).  A big
+     * transaction is not filed: its frames would not be kept, and filing
+     * its images would cost its commit a lock per page. */
+    size_t most = p->dirty.len + p->spill.len;
+    int file = most <= PS_RUN_FRAMES && ps_active(p->share) && p->share_salt &&
+               pub_room(p, most);
     size_t nframes = 0;
     for (size_t i = 0; i < p->dirty.cap && left; i++) {
         if (!hm_slot(&p->dirty, i, &k, &v))

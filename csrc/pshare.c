@@ -30,7 +30,6 @@ typedef struct ps_run {
 } ps_run;
 
 #define PS_RUNS 64
-#define PS_RUN_FRAMES 4096
 
 struct ps_cache {
     ps_cache *next;             /* the registry's list */
@@ -303,9 +302,7 @@ void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
         pc->frames_noted = 0;
     }
     if (n > PS_RUN_FRAMES) {
-        /* a big commit: those before it cannot be chained over it */
-        pc->runs_noted = 0;
-        pc->frames_noted = 0;
+        /* not kept: its range is a gap no chain crosses */
         pthread_mutex_unlock(&pc->mu);
         return;
     }

@@ -82,6 +82,10 @@ void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint
  * view is behind by commits of this process's handles only takes their
  * page numbers and offsets from here, and the images from the cache. */
 
+/* The most frames the cache keeps of the commits filed (and so the most
+ * one commit may have to be filed). */
+#define PS_RUN_FRAMES 4096
+
 /* One frame of a published commit: the page it holds and its offset. */
 typedef struct ps_frame {
     uint32_t pgno;
@@ -93,10 +97,10 @@ typedef struct ps_frame {
  * order: a commit has one frame per page), and meta is the state it
  * committed.  Call after filing the images (ps_keep), which moves the
  * cache to a new generation.  The cache keeps the newest 64 commits and
- * 4096 of their frames; it files nothing when idle, for salt 0 or a
- * generation other than its images', for more frames than it keeps
- * (which also forgets the commits before: none can be chained over it),
- * or out of memory.  Thread-safe. */
+ * PS_RUN_FRAMES of their frames; it files nothing when idle, for salt 0
+ * or a generation other than its images', for more frames than it keeps,
+ * or out of memory (a member catching up over a commit not filed reads
+ * the log for it).  Thread-safe. */
 void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
                     const pg_meta *meta, const ps_frame *frames, size_t n);
 

@@ -485,6 +485,25 @@ static void writers_follow_each_other_from_memory(void)
         changed[i] = 1;
     REQUIRE_RC(write_versions(h[0], v, changed), 0);
     CHECK_RC(read_matches(h[1], v), 0);     /* the child's commit, then h[0]'s */
+    /* A transaction of more pages than the cache files: the other handle
+     * scans the log for it. */
+    uint64_t scanned = stat_of(h[1]).log_frames_read;
+    static char big[2000];
+    memset(big, 'b', sizeof big);
+    REQUIRE_RC(qs_begin(h[0]), 0);
+    for (int i = 0; i < 2 * PS_RUN_FRAMES && rc == 0; i++) {
+        char key[32];
+        int kl = snprintf(key, sizeof key, "big%06d", i);
+        rc = qs_put(h[0], key, (size_t)kl, big, sizeof big);
+    }
+    CHECK_RC(rc, 0);
+    CHECK_RC(qs_commit(h[0]), 0);
+    CHECK_RC(read_matches(h[1], v), 0);
+    char got[sizeof big];
+    size_t gl = 0;
+    CHECK_RC(qs_get_into(h[1], "big008191", 9, got, sizeof got, &gl), 0);
+    CHECK(gl == sizeof big && memcmp(got, big, gl) == 0);
+    CHECK(stat_of(h[1]).log_frames_read > scanned);
     CHECK_RC(qs_close(h[0]), 0);
     CHECK_RC(qs_close(h[1]), 0);
     qs_casket *c = tc_open(t.path, QS_OPEN_READ, 0, 0, 0, &rc);
