@@ -370,7 +370,7 @@ static int do_compact(qs_casket *c)
         fresh.spilled = c->pg.spilled;
         fresh.pages_read = c->pg.pages_read;
         fresh.pages_shared = c->pg.pages_shared;
-        fresh.frames_scanned = c->pg.frames_scanned;
+        fresh.log_frames_read = c->pg.log_frames_read;
         fresh.log.syncs = c->pg.log.syncs;
         pg_close(&c->pg);
         close(c->fd);
@@ -555,7 +555,7 @@ static int do_stat_get(qs_casket *c, qs_stat *st)
     st->spilled_pages = c->pg.spilled;
     st->pages_read = c->pg.pages_read;
     st->pages_shared = c->pg.pages_shared;
-    st->log_frames_read = c->pg.frames_scanned;
+    st->log_frames_read = c->pg.log_frames_read;
     cs_read_leave(c, &bt);
     st->open_cursors = atomic_load(&c->open_cursors);
     struct stat fs;

@@ -1033,6 +1033,7 @@ static void copy_as_logged(uint8_t *dst, const uint8_t *src)
 /* Pages copied per turn: the guard is held for at most this many memcpy,
  * and the turn's buffer is 256 KiB. */
 #define CKPT_BATCH 64
+_Static_assert(CKPT_BATCH <= 64, "pg_checkpoint_copy marks a batch's cached pages in 64 bits");
 
 int pg_checkpoint_copy(pager *p, const pg_guard *guard)
 {
@@ -1282,7 +1283,7 @@ int pg_refresh(pager *p, uint64_t salt, uint64_t end)
         }
         if (!rec.found_commit || rec.end != end)
             return QS_CORRUPT;
-        p->frames_scanned += rec.frames;
+        p->log_frames_read += rec.frames;
         p->meta = rec.meta;
         p->log_end = end;
     } else if (end < p->log_end)

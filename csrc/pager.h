@@ -105,7 +105,7 @@ typedef struct pager {
     struct ps_frame *pub_frames;    /* pg_publish's list for the shared
                                        cache (ps_note_commit), kept */
     size_t pub_cap;
-    uint64_t frames_scanned;    /* log frames read to catch up with other
+    uint64_t log_frames_read;   /* log frames read to catch up with other
                                    handles' commits (qs_stat) */
 } pager;
 

@@ -20,10 +20,11 @@ typedef struct ps_slot {
     pg_buf *buf;                /* a hold, or NULL */
 } ps_slot;
 
-/* A published commit: log bytes [from, to) of generation salt, its n
+/* A published commit: log bytes [from, to) of the cache's generation
+ * (runs are filed only under it, and dropped whenever it changes), its n
  * frames from the frame ring's entry number first on, the meta it made. */
 typedef struct ps_run {
-    uint64_t salt, from, to;
+    uint64_t from, to;
     uint64_t first;
     size_t n;
     pg_meta meta;
@@ -278,8 +279,9 @@ int ps_active(const ps_cache *pc)
 void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
                     const pg_meta *meta, const ps_frame *frames, size_t n)
 {
-    if (!pc || !salt || from >= to || !atomic_load_explicit(&pc->active, memory_order_relaxed))
-        return;
+    if (!pc || !salt || from >= to || n > PS_RUN_FRAMES ||
+        !atomic_load_explicit(&pc->active, memory_order_relaxed))
+        return;     /* more frames than kept: a gap no chain crosses */
     pthread_mutex_lock(&pc->mu);
     if (!pc->active || pc->salt != salt) {
         /* idle, or the cache holds another generation's images: a member
@@ -301,13 +303,7 @@ void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
         pc->runs_noted = 0;
         pc->frames_noted = 0;
     }
-    if (n > PS_RUN_FRAMES) {
-        /* not kept: its range is a gap no chain crosses */
-        pthread_mutex_unlock(&pc->mu);
-        return;
-    }
     ps_run *r = &pc->runs[pc->runs_noted % PS_RUNS];
-    r->salt = salt;
     r->from = from;
     r->to = to;
     r->first = pc->frames_noted;
@@ -320,14 +316,14 @@ void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
     pthread_mutex_unlock(&pc->mu);
 }
 
-/* The run of generation salt starting at from, whole, or NULL (pc->mu
- * held).  Newest first: the one a member catching up wants is recent. */
-static const ps_run *run_from(const ps_cache *pc, uint64_t salt, uint64_t from)
+/* The run starting at from, whole, or NULL (pc->mu held).  Newest
+ * first: the one a member catching up wants is recent. */
+static const ps_run *run_from(const ps_cache *pc, uint64_t from)
 {
     size_t kept = pc->runs_noted < PS_RUNS ? pc->runs_noted : PS_RUNS;
     for (size_t k = 1; k <= kept; k++) {
         const ps_run *r = &pc->runs[(pc->runs_noted - k) % PS_RUNS];
-        if (r->salt == salt && r->from == from)
+        if (r->from == from)
             return pc->frames_noted <= r->first + PS_RUN_FRAMES ? r : NULL;
     }
     return NULL;
@@ -341,14 +337,14 @@ int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
         return 0;
     pthread_mutex_lock(&pc->mu);
     int rc = 0;
-    if (!pc->active || !pc->runs)
-        goto out;
+    if (!pc->active || !pc->runs || pc->salt != salt)
+        goto out;   /* the filed runs are of another generation */
     /* First the whole chain, so that nothing is applied unless it covers
      * [from, to) exactly. */
     const ps_run *chain[PS_RUNS];
     size_t len = 0;
     for (uint64_t at = from; at != to; at = chain[len - 1]->to) {
-        const ps_run *r = len < PS_RUNS ? run_from(pc, salt, at) : NULL;
+        const ps_run *r = len < PS_RUNS ? run_from(pc, at) : NULL;
         if (!r || r->to > to)
             goto out;
         chain[len++] = r;
@@ -358,7 +354,7 @@ int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
             ps_frame f = pc->frames[(chain[c]->first + i) % PS_RUN_FRAMES];
             pg_buf *image = NULL;
             uint64_t slot;
-            if (pc->salt == salt && hm_get(&pc->where, f.pgno, &slot) &&
+            if (hm_get(&pc->where, f.pgno, &slot) &&
                 pc->slots[slot].src == f.off && pc->slots[slot].buf) {
                 image = pc->slots[slot].buf;
                 atomic_fetch_add_explicit(&image->holders, 1, memory_order_relaxed);
