@@ -30,7 +30,6 @@ typedef struct ps_run {
     pg_meta meta;
 } ps_run;
 
-#define PS_RUNS 64
 
 struct ps_cache {
     ps_cache *next;             /* the registry's list */
@@ -316,17 +315,21 @@ void ps_note_commit(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
     pthread_mutex_unlock(&pc->mu);
 }
 
-/* The run starting at from, whole, or NULL (pc->mu held).  Newest
- * first: the one a member catching up wants is recent. */
-static const ps_run *run_from(const ps_cache *pc, uint64_t from)
+/* The number (counted since the ring was made) of the kept run that
+ * starts at from, or pc->runs_noted when none does (pc->mu held).  Runs
+ * are filed at commit, under the write lock, so the kept ones are in log
+ * order: a binary search. */
+static size_t run_at(const ps_cache *pc, uint64_t from)
 {
-    size_t kept = pc->runs_noted < PS_RUNS ? pc->runs_noted : PS_RUNS;
-    for (size_t k = 1; k <= kept; k++) {
-        const ps_run *r = &pc->runs[(pc->runs_noted - k) % PS_RUNS];
-        if (r->from == from)
-            return pc->frames_noted <= r->first + PS_RUN_FRAMES ? r : NULL;
+    size_t lo = pc->runs_noted < PS_RUNS ? 0 : pc->runs_noted - PS_RUNS, hi = pc->runs_noted;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (pc->runs[mid % PS_RUNS].from < from)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return NULL;
+    return lo < pc->runs_noted && pc->runs[lo % PS_RUNS].from == from ? lo : pc->runs_noted;
 }
 
 int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
@@ -340,18 +343,19 @@ int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
     if (!pc->active || !pc->runs || pc->salt != salt)
         goto out;   /* the filed runs are of another generation */
     /* First the whole chain, so that nothing is applied unless it covers
-     * [from, to) exactly. */
-    const ps_run *chain[PS_RUNS];
-    size_t len = 0;
-    for (uint64_t at = from; at != to; at = chain[len - 1]->to) {
-        const ps_run *r = len < PS_RUNS ? run_from(pc, at) : NULL;
-        if (!r || r->to > to)
+     * [from, to) exactly, each of its runs with its frames still kept. */
+    size_t first = run_at(pc, from), last = first;
+    for (uint64_t at = from;; last++) {
+        const ps_run *r = &pc->runs[last % PS_RUNS];
+        if (last == pc->runs_noted || r->from != at || r->to > to ||
+            pc->frames_noted > r->first + PS_RUN_FRAMES)
             goto out;
-        chain[len++] = r;
+        if ((at = r->to) == to)
+            break;
     }
-    for (size_t c = 0; c < len; c++)
-        for (size_t i = 0; i < chain[c]->n; i++) {
-            ps_frame f = pc->frames[(chain[c]->first + i) % PS_RUN_FRAMES];
+    for (size_t c = first; c <= last; c++)
+        for (size_t i = 0; i < pc->runs[c % PS_RUNS].n; i++) {
+            ps_frame f = pc->frames[(pc->runs[c % PS_RUNS].first + i) % PS_RUN_FRAMES];
             pg_buf *image = NULL;
             uint64_t slot;
             if (hm_get(&pc->where, f.pgno, &slot) &&
@@ -362,7 +366,7 @@ int ps_catch_up(ps_cache *pc, uint64_t salt, uint64_t from, uint64_t to,
             if ((rc = apply(ctx, f.pgno, f.off, image)) != 0)
                 goto out;
         }
-    *meta = chain[len - 1]->meta;
+    *meta = pc->runs[last % PS_RUNS].meta;
     rc = 1;
 out:
     pthread_mutex_unlock(&pc->mu);

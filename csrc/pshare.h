@@ -86,6 +86,13 @@ void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint
  * one commit may have to be filed). */
 #define PS_RUN_FRAMES 4096
 
+/* The most commits the cache keeps filed.  Enough for seed 001's 10-thread
+ * put (each thread with a handle of its own, 4 MiB checkpoints): at 64, a
+ * handle whose thread waited longer than 64 commits of the others (for the
+ * GIL, for the write lock) scanned the log instead, up to 2 MB of it for
+ * one put, about once per 70 commits. */
+#define PS_RUNS 1024
+
 /* One frame of a published commit: the page it holds and its offset. */
 typedef struct ps_frame {
     uint32_t pgno;
@@ -96,7 +103,7 @@ typedef struct ps_frame {
  * [from, to) of generation salt (the log index entries it made, any
  * order: a commit has one frame per page), and meta is the state it
  * committed.  Call after filing the images (ps_keep), which moves the
- * cache to a new generation.  The cache keeps the newest 64 commits and
+ * cache to a new generation.  The cache keeps the newest PS_RUNS commits and
  * PS_RUN_FRAMES of their frames; it files nothing when idle, for salt 0
  * or a generation other than its images', for more frames than it keeps,
  * or out of memory (a member catching up over a commit not filed reads

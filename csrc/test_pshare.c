@@ -513,6 +513,66 @@ static void writers_follow_each_other_from_memory(void)
     tc_tmp_remove(&t);
 }
 
+/* Puts key far%06d (from, to] through c, each its own commit. */
+static int put_each(qs_casket *c, int from, int to)
+{
+    int rc = 0;
+    for (int i = from + 1; i <= to && rc == 0; i++) {
+        char key[32];
+        int kl = snprintf(key, sizeof key, "far%06d", i);
+        rc = qs_put(c, key, (size_t)kl, key, (size_t)kl);
+    }
+    return rc;
+}
+
+/* 0 when c reads every key put_each put up to n, else the first missing. */
+static int reads_each(qs_casket *c, int n)
+{
+    for (int i = 1; i <= n; i++) {
+        char key[32], got[32];
+        int kl = snprintf(key, sizeof key, "far%06d", i);
+        size_t gl = 0;
+        if (qs_get_into(c, key, (size_t)kl, got, sizeof got, &gl) != 0 || gl != (size_t)kl ||
+            memcmp(got, key, gl) != 0)
+            return i;
+    }
+    return 0;
+}
+
+/* A handle left behind by many commits of another (a thread that waited)
+ * still follows from memory while the cache keeps them all, and reads the
+ * log for the rest once it does not. */
+static void a_handle_far_behind_follows_from_memory(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *w = tc_open(t.path, QS_OPEN_NEW, 0, 0, 256u << 20, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_casket *r = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 256u << 20, &rc);
+    REQUIRE_RC(rc, 0);
+    int behind = 1000;      /* seed 001's 10 threads: up to ~340 seen */
+    REQUIRE_RC(put_each(w, 0, 1), 0);
+    CHECK(reads_each(r, 1) == 0);
+    REQUIRE_RC(put_each(w, 1, 1 + behind), 0);
+    CHECK(reads_each(r, 1 + behind) == 0);
+    CHECK(stat_of(r).log_frames_read == 0);
+    CHECK(stat_of(w).checkpoints == 0);
+    if (stat_of(r).log_frames_read)
+        printf("  %d commits behind: %llu log frames read\n", behind,
+               (unsigned long long)stat_of(r).log_frames_read);
+    /* beyond what the cache keeps: the log is read, and reads the same */
+    int n = 1 + behind + PS_RUNS + 24;
+    REQUIRE_RC(put_each(w, 1 + behind, n), 0);
+    CHECK(reads_each(r, n) == 0);
+    CHECK(stat_of(r).log_frames_read > 0);
+    CHECK_RC(put_each(r, n, n + 1), 0);     /* and it writes from there */
+    CHECK(reads_each(w, n + 1) == 0);
+    CHECK_RC(qs_close(w), 0);
+    CHECK_RC(qs_close(r), 0);
+    tc_tmp_remove(&t);
+}
+
 #define WRITERS 4
 #define PUTS_EACH 400
 
@@ -597,6 +657,7 @@ int main(void)
     RUN(child_of_fork_shares_its_own);
     RUN(older_generation_leaves_the_newer_one);
     RUN(writers_follow_each_other_from_memory);
+    RUN(a_handle_far_behind_follows_from_memory);
     RUN(threads_write_through_handles_of_their_own);
     return tc_summary();
 }
