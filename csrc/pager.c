@@ -1084,6 +1084,10 @@ int pg_checkpoint_copy(pager *p, const pg_guard *guard)
                 goto out;
             s = t;
         }
+        /* The device writes this turn's pages while the next is copied:
+         * the sync below then waits for the last turn only. */
+        os_write_behind(p->fd, list[i].pgno * PG_SIZE,
+                        (list[i + m - 1].pgno - list[i].pgno + 1) * PG_SIZE);
     }
     /* Page 0 names the newest transaction the main file holds, and recovery
      * ignores log frames up to it: so it may only say so once the pages it

@@ -464,6 +464,25 @@ static int pwritev_full(int fd, struct iovec *iov, int cnt, uint64_t off)
     return 0;
 }
 
+/* Bytes of log after which the device is told to start writing them. */
+#define WAL_BEHIND (1024u << 10)
+
+/* Starts the device writing the log's whole pages below end.  Without it a
+ * log written with sync off reaches the device only in the checkpoint's
+ * syncs, which then wait for all of it: 0.58 s of a 1.05 s run of 10^5
+ * one-put commits, 0.15 s with it.  The page that end lies in is left
+ * alone: the next commit writes into it. */
+static void write_behind(wal *w, uint64_t end)
+{
+    uint64_t to = end / PG_SIZE * PG_SIZE;
+    if (to < w->behind)     /* the log restarted (perhaps in another process) */
+        w->behind = to;
+    if (to - w->behind < WAL_BEHIND)
+        return;
+    os_write_behind(w->fd, w->behind, to - w->behind);
+    w->behind = to;
+}
+
 int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs)
 {
     enum { BATCH = 128 };       /* frames per pwritev: 3 iovecs each */
@@ -496,6 +515,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
         n -= k;
         off = at;
     }
+    write_behind(w, off);
     return 0;
 }
 

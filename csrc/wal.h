@@ -18,6 +18,8 @@ typedef struct wal {
     uint64_t synced;        /* what the next commit frame declares (TR_SYNCED):
                                set by the committer, never above what a
                                finished fdatasync of this generation covered */
+    uint64_t behind;        /* the device was told to start writing the log
+                               below this offset (os_write_behind) */
 } wal;
 
 /* Result of the recovery scan. */
@@ -101,7 +103,10 @@ uint32_t wal_frame_len(const uint8_t *page);
 
 /* Writes n frames (pages[i], stamped) one after another from offset off;
  * offs[i] (offs may be NULL) gets frame i's offset.  The frames end at off
- * plus the sum of their wal_frame_len.  Returns 0 or errno. */
+ * plus the sum of their wal_frame_len.  Then, each time another 1 MiB of
+ * whole pages lies below that end, starts the device writing them (see
+ * os_write_behind): durability is still only what a sync gives.  Returns 0
+ * or errno. */
 int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs);
 
 /* Writes n whole pages to fd at off, contiguously (pwritev in batches).
