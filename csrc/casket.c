@@ -170,6 +170,7 @@ int cs_open(const char *path, const qs_options *opts, int shared, qs_casket **ou
     atomic_init(&c->sync, o.sync ? 1 : 0);
     atomic_init(&c->owner, 0);
     c->checkpoint_bytes = o.checkpoint_bytes ? o.checkpoint_bytes : DEFAULT_CHECKPOINT;
+    c->checkpoint_most = o.checkpoint_bytes ? o.checkpoint_bytes : 4 * DEFAULT_CHECKPOINT;
     uint64_t cache = o.cache_bytes ? o.cache_bytes : DEFAULT_CACHE;
     int rc = 0, alone = 1, made_main = 0, made_log = 0;
     char *lp = NULL, *sp = NULL;
@@ -360,7 +361,7 @@ int qs_shutdown(qs_casket *c)
         if (c->shared)
             tx_layers_call(c, TX_CLOSE);
         uint64_t keep = !c->shared || sh_exclusive(&c->sh) == 0
-                            ? PG_SIZE : c->checkpoint_bytes + (1u << 20);
+                            ? PG_SIZE : c->checkpoint_most + (1u << 20);
         if (!c->readonly)
             rc = tx_checkpoint(c, keep);
         if (rc == QS_LOCKED)

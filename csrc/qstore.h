@@ -225,8 +225,14 @@ typedef struct qs_options {
                                pages they read (the same buffers, counted
                                in each budget), and keep up to the largest
                                of their budgets more in a shared cache. */
-    uint64_t checkpoint_bytes; /* log size that triggers a checkpoint;
-                               0 = default (4 MiB) */
+    uint64_t checkpoint_bytes; /* log size that triggers a checkpoint: the
+                               first commit that leaves the log longer
+                               checkpoints.  0 = the default: 4 MiB, except
+                               that while no other process has the casket
+                               open a checkpoint that would copy more
+                               pages than an eighth of the log's bytes
+                               waits for a longer log, up to 16 MiB (its
+                               pages then take more of the updates). */
 } qs_options;
 
 typedef struct qs_stat {

@@ -553,6 +553,16 @@ uint32_t sh_others(const sh_region *r, uint32_t *mine)
     return n;
 }
 
+int sh_other_process(const sh_region *r)
+{
+    uint32_t pid = (uint32_t)getpid();
+    for (uint32_t i = 0; i < SH_SLOTS; i++)
+        if (i != r->slot && atomic_load_explicit(&r->slots[i].used, memory_order_relaxed) &&
+            atomic_load_explicit(&r->slots[i].pid, memory_order_relaxed) != pid)
+            return 1;
+    return 0;
+}
+
 uint32_t sh_wlock_holder(const sh_region *r)
 {
     uint64_t owner = atomic_load(&r->hdr->wowner);

@@ -156,6 +156,10 @@ void sh_wabandon(sh_region *r);
 /* The handles attached besides ours, and in *mine those of this process
  * (for messages: they may come and go meanwhile). */
 uint32_t sh_others(const sh_region *r, uint32_t *mine);
+/* Whether a slot of another process is in use: one that died attached
+ * still counts (not checked: this is read at commits, and 128 lock tests
+ * would cost more than the commit). */
+int sh_other_process(const sh_region *r);
 /* The pid of the process holding the write lock now, 0 when it is free
  * (for messages: it may have changed by the time it is read). */
 uint32_t sh_wlock_holder(const sh_region *r);

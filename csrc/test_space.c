@@ -1,7 +1,8 @@
 /*
  * test_space.c -- sizes and space: a 64 MiB value, 200,000 duplicates of
  * one key, keys and values at the sizes where the page layout changes,
- * compaction, and the file and log not growing under churn.
+ * compaction, the file and log not growing under churn, and the log
+ * length at which a checkpoint comes.
  * QS_TEST_SCALE=small shrinks the big cases (64 MiB value -> 8 MiB,
  * 200,000 duplicates -> 20,000, ...).
  */
@@ -662,6 +663,136 @@ static void space_reuse(void)
     tc_tmp_remove(&t);
 }
 
+/* ---- when a checkpoint comes ---- */
+
+static uint64_t next_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* One-put commits until the log has taken `logged` bytes (counting across
+ * checkpoints), each under a random key, or always under the one key
+ * "same".  Returns the longest the log got (qs_stat.log_bytes after a
+ * commit), and in *ckpts the checkpoints made meanwhile. */
+static uint64_t longest_log(qs_casket *c, int random_keys, uint64_t logged, uint64_t *rng,
+                            uint64_t *ckpts)
+{
+    qs_stat st = stat_of(c);
+    uint64_t first = st.checkpoints, prev = st.log_bytes, total = 0, most = 0;
+    unsigned char k[16], v[32];
+    memset(v, 'v', sizeof v);
+    while (total < logged && !tc_cur_failed) {
+        uint64_t a = next_rand(rng), b = next_rand(rng);
+        memcpy(k, &a, 8);
+        memcpy(k + 8, &b, 8);
+        memcpy(v, &a, 8);
+        if (random_keys)
+            CHECK_RC(qs_put(c, k, sizeof k, v, sizeof v), 0);
+        else
+            CHECK_RC(qs_put(c, "same", 4, v, sizeof v), 0);
+        st = stat_of(c);
+        total += st.log_bytes > prev ? st.log_bytes - prev : st.log_bytes;
+        prev = st.log_bytes;
+        if (st.log_bytes > most)
+            most = st.log_bytes;
+    }
+    *ckpts = st.checkpoints - first;
+    return most;
+}
+
+typedef struct {
+    const char *path;
+} attach_arg;
+
+/* A process that keeps the casket open until released. */
+static int stay_attached(void *arg, int report, int release)
+{
+    const attach_arg *a = arg;
+    qs_options o;
+    qs_options_init(&o);
+    o.flag = QS_OPEN_WRITE;
+    o.sync = 0;
+    qs_casket *c = NULL;
+    int rc = qs_open(a->path, &o, &c);
+    char ok = rc == 0 ? 'y' : 'n';
+    if (write(report, &ok, 1) != 1 || rc)
+        _exit(1);
+    char b;
+    while (read(release, &b, 1) > 0)
+        ;
+    _exit(qs_close(c) == 0 ? 0 : 1);
+}
+
+/* With the default checkpoint size a checkpoint that would copy pages
+ * amounting to more than an eighth of the log waits for a longer log (up
+ * to 16 MiB); a log of updates to a few pages is checkpointed at 4 MiB, as
+ * is any log when the size was asked for, or another process has the
+ * casket open (whose handles read the log back). */
+static void checkpoint_waits_for_spread_updates(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    const uint64_t MiB = 1u << 20, commit_slack = 64u << 10;
+    uint64_t rng = 0x9e3779b97f4a7c15ull, ckpts = 0;
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 0, &rc);
+    REQUIRE_RC(rc, 0);
+    /* a tree of ~20,000 records over some 500 leaves */
+    CHECK_RC(qs_begin(c), 0);
+    unsigned char k[16], v[32] = {0};
+    for (int i = 0; i < 20000; i++) {
+        uint64_t a = next_rand(&rng), b = next_rand(&rng);
+        memcpy(k, &a, 8);
+        memcpy(k + 8, &b, 8);
+        CHECK_RC(qs_put(c, k, sizeof k, v, sizeof v), 0);
+    }
+    CHECK_RC(qs_commit(c), 0);
+    CHECK_RC(qs_sync(c), 0);
+
+    uint64_t most = longest_log(c, 1, 40 * MiB, &rng, &ckpts);
+    printf("  random keys, default size: log up to %" PRIu64 " bytes, %" PRIu64
+           " checkpoints\n", most, ckpts);
+    CHECK(most > 6 * MiB);
+    CHECK(most <= 16 * MiB + commit_slack);
+    CHECK(ckpts >= 2);
+
+    CHECK_RC(qs_sync(c), 0);   /* each case starts with an empty log */
+    most = longest_log(c, 0, 12 * MiB, &rng, &ckpts);
+    printf("  one key, default size: log up to %" PRIu64 " bytes, %" PRIu64
+           " checkpoints\n", most, ckpts);
+    CHECK(most <= 4 * MiB + commit_slack);
+    CHECK(ckpts >= 2);
+
+    /* another process attached */
+    attach_arg a = {t.path};
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, stay_attached, &a) == 0);
+    char ok = 0;
+    CHECK(read(ch.report, &ok, 1) == 1 && ok == 'y');
+    CHECK_RC(qs_sync(c), 0);
+    most = longest_log(c, 1, 12 * MiB, &rng, &ckpts);
+    printf("  random keys, another process attached: log up to %" PRIu64 " bytes\n", most);
+    CHECK(most <= 4 * MiB + commit_slack);
+    CHECK(ckpts >= 2);
+    CHECK(tc_child_end(&ch) == 0);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+
+    /* the size asked for: 4 MiB */
+    c = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 4 * MiB, &rc);
+    REQUIRE_RC(rc, 0);
+    most = longest_log(c, 1, 12 * MiB, &rng, &ckpts);
+    printf("  random keys, 4 MiB asked for: log up to %" PRIu64 " bytes\n", most);
+    CHECK(most <= 4 * MiB + commit_slack);
+    CHECK(ckpts >= 2);
+    CHECK_RC(check_ok(c), 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -670,5 +801,6 @@ int main(void)
     RUN(compaction);
     RUN(boundary_sizes);
     RUN(space_reuse);
+    RUN(checkpoint_waits_for_spread_updates);
     return tc_summary();
 }

@@ -1017,7 +1017,10 @@ def open(
         cache_size: page memory budget in bytes (None: the default,
             256 MiB); a bigger transaction spills dirty pages to the file.
         checkpoint_size: log size in bytes that triggers a checkpoint
-            (None: the default, 4 MiB).
+            (None: the default, 4 MiB, which a process alone with the
+            casket stretches to up to 16 MiB while the log's updates are
+            spread over many pages: see ``checkpoint_bytes`` in
+            ``qstore.h``).
         mode: the permission bits of every file the open creates (the
             casket, ``path + "-log"`` and ``path + "-shm"``), less the
             umask, as in :func:`os.open` and :func:`dbm.open`.  Files that
