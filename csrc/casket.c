@@ -361,7 +361,7 @@ int qs_shutdown(qs_casket *c)
         if (c->shared)
             tx_layers_call(c, TX_CLOSE);
         uint64_t keep = !c->shared || sh_exclusive(&c->sh) == 0
-                            ? PG_SIZE : c->checkpoint_most + (1u << 20);
+                            ? PG_SIZE : tx_log_keep(c);
         if (!c->readonly)
             rc = tx_checkpoint(c, keep);
         if (rc == QS_LOCKED)

@@ -49,12 +49,10 @@ struct qs_casket {
     uint64_t *pend_koff, *pend_voff;
     size_t pend_n, pend_cap;
     /* A checkpoint is due once the log is longer than checkpoint_bytes and
-     * the pages it would copy are at most half the log's bytes, or once it
-     * is longer than checkpoint_most whatever they are (tx_checkpoint_due).
-     * An explicit size sets both; the default puts off a checkpoint that
-     * would rewrite most of the log's bytes in the main file: its updates
-     * are still spread over many pages, and a longer log lets later ones
-     * land on pages already in it. */
+     * the pages it would copy are at most an eighth of the log's bytes (or
+     * another process has the casket), or once it is longer than
+     * checkpoint_most whatever they are (checkpoint_due, txn.c).  An
+     * explicit size sets both. */
     uint64_t checkpoint_bytes, checkpoint_most;
     /* the layers registered with cs_layer_add, in order; flush_due: one
      * of them has work buffered for the open transaction */

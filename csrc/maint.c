@@ -31,7 +31,7 @@ static int do_sync(qs_casket *c)
     if (rc)
         return rc;
     if ((rc = tx_heal(c)) == 0)
-        rc = tx_checkpoint(c, c->checkpoint_most + (1u << 20));
+        rc = tx_checkpoint(c, tx_log_keep(c));
     tx_writer_leave(c);
     return rc;
 }

@@ -227,7 +227,7 @@ int tx_process_lock(qs_casket *c, double timeout)
      * behind page 0.  Its pins were revoked by the dead checkpointer, and
      * a snapshot taken since reads the main file only. */
     if (rc == 0 && unfinished &&
-        (rc = checkpoint_run(c, c->checkpoint_most + (1u << 20), 0)) != 0) {
+        (rc = checkpoint_run(c, tx_log_keep(c), 0)) != 0) {
         /* Readers kept us out: the next taker, finding the lock's holder
          * dead, tries again. */
         sh_wabandon(&c->sh);
@@ -581,10 +581,15 @@ int tx_heal(qs_casket *c)
         return c->defunct;
     if (!c->fatal)
         return 0;
-    int rc = tx_checkpoint(c, c->checkpoint_most + (1u << 20));
+    int rc = tx_checkpoint(c, tx_log_keep(c));
     if (rc == 0)
         c->fatal = 0;
     return rc;
+}
+
+uint64_t tx_log_keep(const qs_casket *c)
+{
+    return c->checkpoint_most + (1u << 20);
 }
 
 /* Whether the log (the writer's view of it) is long enough to checkpoint.
@@ -661,7 +666,7 @@ static int commit_locked(qs_casket *c, uint64_t *sync_lsn)
      * sync as usual. */
     int synced = 0;
     if (wrote && checkpoint_due(c))
-        synced = tx_checkpoint(c, c->checkpoint_most + (1u << 20)) == 0;
+        synced = tx_checkpoint(c, tx_log_keep(c)) == 0;
     if (wrote && sync && !synced)
         *sync_lsn = lsn;
     return 0;

@@ -28,6 +28,11 @@ int tx_commit_release(qs_casket *c, uint64_t *sync_lsn);
 /* Waits until the log is durable up to lsn; one waiter syncs for all. */
 int tx_group_sync(qs_casket *c, uint64_t lsn);
 
+/* The keep for tx_checkpoint that leaves the log file as long as the log
+ * may grow before the next checkpoint (+ 1 MiB), so that it is not grown
+ * again in every generation. */
+uint64_t tx_log_keep(const qs_casket *c);
+
 /* Checkpoints, holding the write lock with no transaction open, and leaves
  * the log at most keep bytes long.  QS_LOCKED: put off (readers, a
  * snapshot); the log is as it was. */
