@@ -78,6 +78,15 @@ int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg);
  * fn may still read pages from the file and spill pages to the log. */
 int cs_write_held(qs_casket *c, cs_write_fn fn, void *arg);
 
+/* cs_write_held that, outside a transaction, also runs fn as a
+ * transaction of its own and commits it, where that waits for nobody:
+ * sync off (the commit waits for no fdatasync), no checkpoint due (one
+ * that falls due is left to the next call made without the caller's
+ * lock), the write lock, the operation mutex and the group of record
+ * operations (group.c) free.  Otherwise QS_WOULDBLOCK, nothing done.
+ * (qs_put_held.) */
+int cs_write_held_commit(qs_casket *c, cs_write_fn fn, void *arg);
+
 /* Takes the operation mutex for a read in the caller's view (the writer's
  * own if it holds the write lock) of namespace ns; cs_read_leave releases
  * it.  cs_read_enter returns 0 or the error of applying buffered putdups

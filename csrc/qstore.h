@@ -176,7 +176,8 @@ enum {
                                checkpoint, or for a page to be read from the
                                file; qs_queue_put_held: not in the caller's
                                transaction, or it would have waited for
-                               another thread */
+                               another thread; qs_put_held: it would
+                               have waited for anyone */
     QS_LAST_ERRCODE = -32027
 };
 
@@ -426,6 +427,26 @@ int qs_in_transaction(qs_casket *c);
  * @fail   as "Record functions" says. */
 int qs_put(qs_casket *c, const void *key, size_t klen,
            const void *val, size_t vlen);
+
+/* qs_put for a caller holding a lock that other threads of the process
+ * need (the Python binding calls it holding the interpreter's lock, and
+ * falls back to qs_put without it): where qs_put would wait for anyone it
+ * returns QS_WOULDBLOCK instead, having done nothing.  Inside the calling
+ * thread's transaction it puts as qs_queue_put_held does.  Outside one it
+ * commits the put as a transaction of its own only when that waits for
+ * nobody: sync off (qs_set_sync: no fdatasync to wait for), no other
+ * thread's call or transaction and no other process holding the write
+ * lock, no other thread's grouped record operations under way, and no
+ * checkpoint due (the call that finds one due returns QS_WOULDBLOCK, and
+ * the fallback's commit checkpoints).  It may read pages from the file
+ * and write the commit to the log: I/O, but no wait for anyone.  On one
+ * thread it gains nothing over qs_put; on two, what it saves is a lock
+ * hand-over between the threads for every put.
+ * @return as qs_put, or QS_WOULDBLOCK
+ * @fail   as qs_put; on QS_WOULDBLOCK nothing changed (a transaction of
+ *         the caller's as it was). */
+int qs_put_held(qs_casket *c, const void *key, size_t klen,
+                const void *val, size_t vlen);
 
 /* Stores the value only if the key has none.
  * @return 0, or QS_KEYEXIST (the key has a value: nothing changed),

@@ -456,6 +456,16 @@ int qs_put(qs_casket *c, const void *key, size_t klen, const void *val, size_t v
     return rc ? rc : cs_return(c, do_put(c, key, klen, val, vlen));
 }
 
+int qs_put_held(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    int rc = cs_enter_call(c);
+    if (rc)
+        return rc;
+    rec_args a = {.key = key, .klen = klen, .val = val, .vlen = vlen};
+    rc = rec_check_kv(key, klen, val, vlen);
+    return cs_return(c, rc ? rc : cs_write_held_commit(c, put_fn, &a));
+}
+
 int qs_putkeep(qs_casket *c, const void *key, size_t klen, const void *val, size_t vlen)
 {
     int rc = cs_enter_call(c);

@@ -545,24 +545,29 @@ static void get_into_a_buffer(void)
     get_into_with(qs_get_nowait);
 }
 
+/* Another thread inside a call on c (its view lock held), or with a
+ * transaction open on it (txn), from view_hold until view_release. */
 typedef struct {
     qs_casket *c;
+    int txn;
+    int rc;         /* of taking it, then (txn) of the commit */
     pthread_barrier_t held, done;
 } view_holder;
 
 static void *hold_view(void *arg)
 {
     view_holder *h = arg;
-    int rc = cs_view_lock(h->c);
+    h->rc = h->txn ? qs_begin(h->c) : cs_view_lock(h->c);
     pthread_barrier_wait(&h->held);
     pthread_barrier_wait(&h->done);
-    if (rc == 0)
+    if (h->rc == 0 && h->txn)
+        h->rc = qs_commit(h->c);
+    else if (h->rc == 0)
         cs_view_unlock(h->c);
     return NULL;
 }
 
-/* Another thread inside a call on h->c (its view lock held) until
- * view_release. */
+/* 0 once the other thread holds it, else the error of taking it. */
 static int view_hold(view_holder *h, pthread_t *th)
 {
     pthread_barrier_init(&h->held, NULL, 2);
@@ -570,7 +575,7 @@ static int view_hold(view_holder *h, pthread_t *th)
     if (pthread_create(th, NULL, hold_view, h) != 0)
         return -1;
     pthread_barrier_wait(&h->held);
-    return 0;
+    return h->rc;
 }
 
 static void view_release(view_holder *h, pthread_t th)
@@ -608,6 +613,99 @@ static void put_held_never_waits_for_another_thread(void)
     CHECK_RC(qs_queue_len(c, "q", 1, &len), 0);
     CHECK(len == 2);
     qs_queue_free(q);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
+/* qs_put_held commits a put of its own only where that waits for nobody:
+ * QS_WOULDBLOCK at once, nothing put, with sync on, beside another
+ * thread's call or transaction, beside another handle's transaction
+ * (the process lock), and when a checkpoint is due, which the ordinary
+ * qs_put that follows runs.  Inside the caller's transaction it puts
+ * there.  What it committed is read by another handle and after a
+ * reopen. */
+static void put_held_commits_only_where_it_waits_for_nobody(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 1, 0, 64 << 10, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_casket *other = tc_open(t.path, QS_OPEN_WRITE, 1, 0, 64 << 10, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_put_held(c, "s", 1, "v", 1), QS_WOULDBLOCK);      /* sync on */
+    CHECK_RC(get_rc(c, "s"), QS_NOTFOUND);
+    qs_set_sync(c, 0);
+    CHECK_RC(qs_put_held(c, "a", 1, "1", 1), 0);
+    CHECK(get_is(other, "a", "1"));
+    CHECK_RC(qs_put_held(NULL, "a", 1, "1", 1), QS_INVAL);
+    CHECK_RC(qs_put_held(c, NULL, 1, "1", 1), QS_INVAL);
+    static char huge[QS_MAX_KEY + 1];
+    CHECK_RC(qs_put_held(c, huge, sizeof huge, "1", 1), QS_TOOBIG);
+
+    view_holder vh = {.c = c};
+    pthread_t th;
+    REQUIRE(view_hold(&vh, &th) == 0);
+    double t0 = tc_now();
+    CHECK_RC(qs_put_held(c, "b", 1, "2", 1), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    view_release(&vh, th);
+    CHECK_RC(get_rc(c, "b"), QS_NOTFOUND);
+
+    view_holder txn = {.c = c, .txn = 1};
+    REQUIRE(view_hold(&txn, &th) == 0);
+    t0 = tc_now();
+    CHECK_RC(qs_put_held(c, "b", 1, "2", 1), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    view_release(&txn, th);
+    CHECK_RC(txn.rc, 0);
+
+    REQUIRE_RC(qs_begin(other), 0);
+    t0 = tc_now();
+    CHECK_RC(qs_put_held(c, "b", 1, "2", 1), QS_WOULDBLOCK);    /* the process lock */
+    CHECK(tc_now() - t0 < 0.5);
+    CHECK_RC(qs_abort(other), 0);
+    CHECK_RC(get_rc(c, "b"), QS_NOTFOUND);
+    CHECK_RC(qs_put_held(c, "b", 1, "2", 1), 0);
+
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK_RC(qs_put_held(c, "t", 1, "3", 1), 0);                /* in the transaction */
+    CHECK(get_is(c, "t", "3"));
+    CHECK_RC(qs_abort(c), 0);
+    CHECK_RC(get_rc(c, "t"), QS_NOTFOUND);
+
+    /* Puts until the log passes the 64 KiB checkpoint size: the held put
+     * that finds it past refuses, and no held put checkpointed. */
+    qs_stat st;
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    uint64_t checkpoints = st.checkpoints;
+    char key[16], val[200];
+    memset(val, 'x', sizeof val);
+    int i, refused = 0;
+    for (i = 0; i < 10000 && !refused; i++) {
+        snprintf(key, sizeof key, "k%05d", i);
+        rc = qs_put_held(c, key, strlen(key), val, sizeof val);
+        refused = rc == QS_WOULDBLOCK;
+        CHECK(rc == 0 || refused);
+    }
+    REQUIRE(refused);
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.checkpoints == checkpoints);
+    CHECK(st.log_bytes + st.page_size > (64u << 10));       /* the log's header page counts */
+    CHECK_RC(qs_put(c, key, strlen(key), val, sizeof val), 0);     /* the fallback */
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.checkpoints == checkpoints + 1);
+    CHECK_RC(qs_put_held(c, "after", 5, "4", 1), 0);
+
+    CHECK_RC(qs_close(other), 0);
+    CHECK_RC(qs_close(c), 0);
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK(get_is(c, "a", "1") && get_is(c, "b", "2") && get_is(c, "after", "4"));
+    CHECK_RC(get_rc(c, "s"), QS_NOTFOUND);
+    uint64_t n = 0;
+    CHECK_RC(qs_records(c, &n), 0);
+    CHECK(n == 3 + (uint64_t)i);
     CHECK_RC(qs_close(c), 0);
     tc_tmp_remove(&t);
 }
@@ -715,6 +813,7 @@ int main(void)
     RUN(get_into_a_buffer);
     RUN(get_nowait_never_waits);
     RUN(put_held_never_waits_for_another_thread);
+    RUN(put_held_commits_only_where_it_waits_for_nobody);
     RUN(empty_casket);
     RUN(readonly_open);
     RUN(open_missing);

@@ -190,13 +190,16 @@ static int checkpoint_run(qs_casket *c, uint64_t keep, int pins_hold_off);
  * commit a writer that died holding the lock left unpublished, a
  * checkpoint it died in, the log's size, and a transaction number no other
  * writer has used. */
-int tx_process_lock(qs_casket *c, double timeout)
+/* view_wait 0: QS_WOULDBLOCK (nothing held) where bringing the writer up
+ * to date would wait for another thread's call on the handle -- unless
+ * the lock's last holder died, whose leftovers are never left behind. */
+static int process_lock(qs_casket *c, double timeout, int view_wait)
 {
     int died, rc = sh_wlock(&c->sh, timeout, &died);
     if (rc)
         return rc;
     int unfinished = 0;
-    if ((rc = cs_view_lock(c)) == 0) {
+    if ((rc = view_lock(c, view_wait || died)) == 0) {
         int found = 0;
         if (died && (rc = pg_adopt(&c->pg, &found)) == 0 && !found)
             rc = pg_checkpoint_unfinished(&c->pg, &unfinished);
@@ -236,6 +239,11 @@ int tx_process_lock(qs_casket *c, double timeout)
     if (rc)
         sh_wunlock(&c->sh);
     return rc;
+}
+
+int tx_process_lock(qs_casket *c, double timeout)
+{
+    return process_lock(c, timeout, 1);
 }
 
 /* ---- the layers above (cs_layer) -------------------------------------------- */
@@ -337,7 +345,15 @@ static int locked_by_thread(qs_casket *c)
  * abandon_orphan).  Another thread's single call is always waited for: it
  * ends by itself, within the call.  Another process is waited for what is
  * left of timeout. */
+static int writer_enter(qs_casket *c, int wait, double timeout, int view_wait);
+
 int tx_writer_enter_opt(qs_casket *c, int wait, double timeout)
+{
+    return writer_enter(c, wait, timeout, 1);
+}
+
+/* tx_writer_enter_opt; view_wait 0 as process_lock's. */
+static int writer_enter(qs_casket *c, int wait, double timeout, int view_wait)
 {
     double deadline = -1.0;     /* read the clock only if we must wait */
     pthread_mutex_lock(&c->wmu);
@@ -385,7 +401,7 @@ int tx_writer_enter_opt(qs_casket *c, int wait, double timeout)
     pthread_mutex_unlock(&c->wmu);
     if (c->shared) {
         double left = !wait ? 0 : deadline < 0 ? timeout : deadline - cs_now();
-        int rc = tx_process_lock(c, left > 0 ? left : 0);
+        int rc = process_lock(c, left > 0 ? left : 0, view_wait);
         if (rc) {
             if (rc == QS_LOCKED)
                 locked_by = (qs_lock_holder){sh_wlock_holder(&c->sh), 0, 0};
@@ -436,7 +452,7 @@ int cs_followup_due(qs_casket *c)
     return 1;
 }
 
-static int commit_locked(qs_casket *c, uint64_t *sync_lsn);
+static int commit_locked(qs_casket *c, uint64_t *sync_lsn, int may_checkpoint);
 
 /* The layers' follow-up of an abort (cs_layer.followup), holding the write
  * lock: its own transaction, committed and synced before the lock goes.
@@ -468,7 +484,7 @@ static void run_followup(qs_casket *c)
     uint64_t lsn = 0;
     if (rc)
         tx_abort_locked(c);
-    else if (commit_locked(c, &lsn) == 0 && lsn)
+    else if (commit_locked(c, &lsn, 1) == 0 && lsn)
         tx_group_sync(c, lsn);
     c->in_followup = 0;
 }
@@ -619,14 +635,15 @@ static int checkpoint_due(const qs_casket *c)
  * syncing (sync off, nothing written, or a checkpoint already synced it). */
 int tx_commit_release(qs_casket *c, uint64_t *sync_lsn)
 {
-    int rc = commit_locked(c, sync_lsn);
+    int rc = commit_locked(c, sync_lsn, 1);
     tx_writer_leave(c);
     return rc;
 }
 
 /* tx_commit_release without letting go of the write lock (on failure the
- * transaction is aborted, the lock still held). */
-static int commit_locked(qs_casket *c, uint64_t *sync_lsn)
+ * transaction is aborted, the lock still held).  may_checkpoint 0 leaves a
+ * checkpoint that is due to the next commit that may run one. */
+static int commit_locked(qs_casket *c, uint64_t *sync_lsn, int may_checkpoint)
 {
     int wrote = 0, sync = atomic_load(&c->sync);
     *sync_lsn = 0;
@@ -665,7 +682,7 @@ static int commit_locked(qs_casket *c, uint64_t *sync_lsn)
      * the next commit); this commit then gets its durability from the log
      * sync as usual. */
     int synced = 0;
-    if (wrote && checkpoint_due(c))
+    if (wrote && may_checkpoint && checkpoint_due(c))
         synced = tx_checkpoint(c, tx_log_keep(c)) == 0;
     if (wrote && sync && !synced)
         *sync_lsn = lsn;
@@ -867,6 +884,56 @@ int cs_write_held(qs_casket *c, cs_write_fn fn, void *arg)
     if (pthread_mutex_trylock(&c->mu) != 0)
         return QS_WOULDBLOCK;
     return write_locked(c, fn, arg, 1);
+}
+
+/* Whether a thread leads a group of record operations (group.c) now:
+ * those queued behind it go first. */
+static int group_under_way(qs_casket *c)
+{
+    pthread_mutex_lock(&c->gmu);
+    int busy = c->gleader;
+    pthread_mutex_unlock(&c->gmu);
+    return busy;
+}
+
+int cs_write_held_commit(qs_casket *c, cs_write_fn fn, void *arg)
+{
+    if (cs_owns(c))
+        return cs_write_held(c, fn, arg);
+    if (c->readonly)
+        return QS_READONLY;
+    /* A commit of its own waits for nobody only with sync off, and only
+     * when it leaves the checkpoint (three syncs and the copy) to a call
+     * made without the caller's lock: the next call finds it due and
+     * returns QS_WOULDBLOCK, and its fallback runs it. */
+    if (atomic_load(&c->sync) || group_under_way(c))
+        return QS_WOULDBLOCK;
+    int rc = writer_enter(c, 0, 0, 0);
+    if (rc)
+        return rc == QS_LOCKED ? QS_WOULDBLOCK : rc;
+    if (c->fatal || c->defunct || c->followup_due || checkpoint_due(c) ||
+        pthread_mutex_trylock(&c->mu) != 0) {
+        tx_writer_leave(c);
+        return QS_WOULDBLOCK;
+    }
+    pg_begin(&c->pg);
+    bt_ctx bt = {&c->pg, 1, NS_USER};
+    rc = fn(c, &bt, arg);
+    c->version++;
+    int trc = pg_trim(&c->pg, 1);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = trc;
+    if (rc) {
+        tx_abort_locked(c);
+        tx_writer_leave(c);
+        return rc;
+    }
+    uint64_t lsn;
+    rc = commit_locked(c, &lsn, 0);
+    tx_writer_leave(c);
+    /* sync was turned on meanwhile (qs_set_sync from another thread) */
+    return rc == 0 && lsn ? tx_group_sync(c, lsn) : rc;
 }
 
 int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)

@@ -43,6 +43,7 @@ _qs_putdup = lib.qs_putdup
 _qs_get = lib.qs_get
 _qs_get_into = lib.qs_get_into
 from ._held import held_get as _held_get
+from ._held import store as _store
 _unpack = ffi.unpack
 
 _MISSING: Any = object()
@@ -372,7 +373,10 @@ class Casket(MutableMapping[bytes, bytes]):
         """Store ``value`` as the only value of ``key`` (replacing all of its
         duplicates)."""
         if type(key) is bytes and type(value) is bytes:
-            rc = _qs_put(self._c, key, len(key), value, len(value))
+            # _store (see _heldcalls.c) keeps the GIL where the put waits
+            # for nobody (sync off) and elsewhere releases it once
+            rc = _qs_put(self._c, key, len(key), value, len(value)) if _store is None \
+                else _store(self._addr, key, value)
         else:
             k, kl = _arg(key, "key")
             v, vl = _arg(value, "value")

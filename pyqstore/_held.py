@@ -1,9 +1,11 @@
 """The library's calls made from pyqstore/_heldcalls.c rather than
 through cffi, installed once: Casket.get's, which keeps the GIL;
-Queue.put's append, which keeps it inside the caller's transaction and
-releases it once elsewhere; and Queue.get's take, which releases it once.
+Casket.put's store, which keeps it where the put waits for nobody (sync
+off) and releases it once elsewhere; Queue.put's append, which keeps it
+inside the caller's transaction and releases it once elsewhere; and
+Queue.get's take, which releases it once.
 The extension is built on CPython's limited API and is absent elsewhere
-(PyPy, free-threaded and debug builds): there all three are None and
+(PyPy, free-threaded and debug builds): there all four are None and
 every call goes through cffi."""
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from typing import Callable, Optional, Union
 
 from ._qstore import ffi, lib
 
-__all__ = ["append", "held_get", "take"]
+__all__ = ["append", "held_get", "store", "take"]
 
 held_get: Optional[Callable[[int, bytes], Union[bytes, int]]]
 append: Optional[Callable[[int, bytes], int]]
+store: Optional[Callable[[int, bytes, bytes], int]]
 take: Optional[Callable[[int, bytes, float], Union[bytes, int]]]
 
 
@@ -25,10 +28,12 @@ def _address(name: str) -> int:
 try:
     from . import _heldcalls
 except ImportError:  # pragma: no cover - depends on the interpreter
-    held_get = append = take = None
+    held_get = append = store = take = None
 else:
     _heldcalls.install(_address("qs_get_nowait"), _address("qs_queue_put_held"),
-                       _address("qs_queue_put_id"), _address("qs_queue_get"), _address("qs_items_free"))
+                       _address("qs_queue_put_id"), _address("qs_queue_get"), _address("qs_items_free"),
+                       _address("qs_put_held"), _address("qs_put"))
     held_get = _heldcalls.get
     append = _heldcalls.append
+    store = _heldcalls.store
     take = _heldcalls.take

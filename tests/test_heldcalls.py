@@ -1,6 +1,8 @@
 """The calls made from pyqstore/_heldcalls.c rather than through cffi:
 Casket.get's over qs_get_nowait and put over qs_queue_put_held, which keep
 the GIL and hand over to the cffi call where they would have waited;
+Casket.put's store over qs_put_held, held where the put waits for nobody
+(sync off) and with the GIL released once elsewhere;
 Queue.put's append, held inside the caller's transaction and with the GIL
 released once elsewhere; Queue.get's take, with the GIL released once.
 They are built where cffi's module is and answer what the cffi call
@@ -31,6 +33,7 @@ def test_built_where_the_limited_api_is():
     # setup.py builds it exactly where cffi's module uses the limited API;
     # a build that lost it would pass every other test, only slower
     assert (_casket._held_get is not None) == LIMITED_API
+    assert (_casket._store is not None) == LIMITED_API
     assert (_queue._append is not None) == LIMITED_API
     assert (_queue._take is not None) == LIMITED_API
 
@@ -367,3 +370,116 @@ def test_a_put_beside_another_threads_transaction_waits_through_cffi(casket):
     t.join()
     putter.join(10)
     assert got and q.get_many(10) == [b"first", b"second"]
+
+
+@needs_held
+def test_store_commits_held_with_sync_off_and_through_the_fallback_with_it_on(path):
+    from pyqstore import _heldcalls
+    c = pyqstore.open(path, "n", sync=False)
+    other = pyqstore.open(path)
+    try:
+        h = c._addr
+        assert lib.qs_put_held(c._c, b"a", 1, b"1", 1) == 0     # its own commit
+        assert other.get(b"a") == b"1"
+        lib.qs_set_sync(c._c, 1)
+        assert lib.qs_put_held(c._c, b"b", 1, b"2", 1) == lib.QS_WOULDBLOCK
+        assert other.get(b"b") is None                          # nothing done
+        assert _heldcalls.store(h, b"b", b"2") == 0             # the fallback commits
+        assert other.get(b"b") == b"2"
+        lib.qs_set_sync(c._c, 0)
+        with c.transaction():
+            assert _heldcalls.store(h, b"t", b"3") == 0
+            assert other.get(b"t") is None                      # not committed yet
+        assert other.get(b"t") == b"3"
+        c.begin()
+        _heldcalls.store(h, b"gone", b"4")
+        c.abort()
+        assert other.get(b"gone") is None
+        assert _heldcalls.store(h, b"k" * 20000, b"v") == lib.QS_TOOBIG
+        with pytest.raises(pyqstore.TooBigError):
+            c.put(b"k" * 20000, b"v")
+        assert _heldcalls.store(0, b"k", b"v") == lib.QS_INVAL
+        with pytest.raises(TypeError, match="bytes"):
+            _heldcalls.store(h, b"k", "v")
+        with pytest.raises(TypeError, match="bytes"):
+            _heldcalls.store(h, "k", b"v")
+        with pytest.raises(TypeError):
+            _heldcalls.store(h, b"k")
+    finally:
+        other.close()
+        c.close()
+    assert _heldcalls.store(c._addr, b"k", b"v") == lib.QS_CLOSED
+    with pytest.raises(pyqstore.ClosedError):
+        c.put(b"k", b"v")
+    c = pyqstore.open(path, "r")
+    try:
+        assert dict(c.items()) == {b"a": b"1", b"b": b"2", b"t": b"3"}
+    finally:
+        c.close()
+
+
+@needs_held
+def test_a_put_beside_another_threads_transaction_waits_for_its_commit(casket):
+    """The held put refuses beside another thread's open transaction, and
+    the fallback waits for the write lock with the GIL released (the
+    transaction's thread runs Python meanwhile), landing after it."""
+    began, done = threading.Event(), threading.Event()
+
+    def writer():
+        with casket.transaction():
+            casket.put(b"k", b"first")
+            began.set()
+            done.wait(10)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert began.wait(10)
+    putter = threading.Thread(target=lambda: casket.put(b"k", b"second"))
+    putter.start()
+    putter.join(0.3)
+    assert putter.is_alive()                   # waiting for the write lock
+    done.set()
+    t.join()
+    putter.join(10)
+    assert not putter.is_alive() and casket.get(b"k") == b"second"
+
+
+@needs_held
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "sync", "txn", "reopen"]),
+                          st.binary(max_size=6), st.binary(max_size=40)), max_size=60))
+def test_puts_through_store_match_a_dict(tmp_path_factory, ops):
+    """Puts made by store (held with sync off, the fallback with it on, in
+    and out of transactions, across checkpoints of a small log) read back
+    as a dict of the same puts does, also after a reopen."""
+    path = os.path.join(str(tmp_path_factory.mktemp("store")), "s.qs")
+    c = pyqstore.open(path, "n", sync=False, checkpoint_size=16 << 10)
+    model: dict[bytes, bytes] = {}
+    synced = False
+    try:
+        for op, k, v in ops:
+            if op == "put":
+                c.put(k, v)
+                model[k] = v
+            elif op == "sync":
+                synced = not synced
+                lib.qs_set_sync(c._c, int(synced))
+            elif op == "txn":
+                with c.transaction():
+                    c.put(k, v)
+                    c.put(k + b"+", v)
+                model[k] = v
+                model[k + b"+"] = v
+            else:
+                c.close()
+                c = pyqstore.open(path, sync=False, checkpoint_size=16 << 10)
+                synced = False
+            assert c.get(k) == model.get(k)
+        assert dict(c.items()) == model
+    finally:
+        c.close()
+    c = pyqstore.open(path, "r")
+    try:
+        assert dict(c.items()) == model
+    finally:
+        c.close()
