@@ -83,15 +83,20 @@ void ps_keep(ps_cache *pc, uint64_t salt, uint64_t base_txn, uint32_t pgno, uint
  * page numbers and offsets from here, and the images from the cache. */
 
 /* The most frames the cache keeps of the commits filed (and so the most
- * one commit may have to be filed). */
-#define PS_RUN_FRAMES 4096
+ * one commit may have to be filed): four per run. */
+#define PS_RUN_FRAMES 32768
 
-/* The most commits the cache keeps filed.  Enough for seed 001's 10-thread
- * put (each thread with a handle of its own, 4 MiB checkpoints): at 64, a
- * handle whose thread waited longer than 64 commits of the others (for the
- * GIL, for the write lock) scanned the log instead, up to 2 MB of it for
- * one put, about once per 70 commits. */
-#define PS_RUNS 1024
+/* The most commits the cache keeps filed (~80 bytes each, 16 a frame:
+ * 1.2 MB once a second handle commits).  Enough for seed 001's 10-thread
+ * put, each thread with a handle of its own: at 64, a handle whose thread
+ * waited longer than 64 commits of the others (for the GIL, for the write
+ * lock) scanned the log instead, up to 2 MB of it for one put, about once
+ * per 70 commits.  At 1024, once the puts kept the GIL (qs_put_held), a
+ * thread's 5 ms turn made ~400 commits, and a handle came back after nine
+ * turns of the others: 57 k puts/s, 70 k at 8192.  More than one log
+ * generation holds at seed 001's sizes (16 MiB at ~7 KB a commit), and a
+ * checkpoint starts the ring again anyway. */
+#define PS_RUNS 8192
 
 /* One frame of a published commit: the page it holds and its offset. */
 typedef struct ps_frame {

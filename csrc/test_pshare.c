@@ -551,7 +551,9 @@ static void a_handle_far_behind_follows_from_memory(void)
     REQUIRE_RC(rc, 0);
     qs_casket *r = tc_open(t.path, QS_OPEN_WRITE, 0, 0, 256u << 20, &rc);
     REQUIRE_RC(rc, 0);
-    int behind = 1000;      /* seed 001's 10 threads: up to ~340 seen */
+    /* seed 001's 10 threads, each putting holding the GIL (qs_put_held)
+     * for its 5 ms turn: ~400 commits a turn, nine turns between two */
+    int behind = 5000;
     REQUIRE_RC(put_each(w, 0, 1), 0);
     CHECK(reads_each(r, 1) == 0);
     REQUIRE_RC(put_each(w, 1, 1 + behind), 0);
