@@ -339,14 +339,14 @@ static int locked_by_thread(qs_casket *c)
     return QS_LOCKED;
 }
 
+static int writer_enter(qs_casket *c, int wait, double timeout, int view_wait);
+
 /* Takes the in-process write lock, then the process lock.  Another
  * thread's transaction is waited for up to timeout seconds (wait 0: not
  * at all), then QS_LOCKED; one whose thread has ended is abandoned (see
  * abandon_orphan).  Another thread's single call is always waited for: it
  * ends by itself, within the call.  Another process is waited for what is
  * left of timeout. */
-static int writer_enter(qs_casket *c, int wait, double timeout, int view_wait);
-
 int tx_writer_enter_opt(qs_casket *c, int wait, double timeout)
 {
     return writer_enter(c, wait, timeout, 1);
@@ -689,10 +689,13 @@ static int commit_locked(qs_casket *c, uint64_t *sync_lsn, int may_checkpoint)
     return 0;
 }
 
-static int commit_and_leave(qs_casket *c)
+/* Commits, lets go of the write lock and waits for the sync; may_checkpoint
+ * as commit_locked's. */
+static int commit_and_leave(qs_casket *c, int may_checkpoint)
 {
     uint64_t lsn;
-    int rc = tx_commit_release(c, &lsn);
+    int rc = commit_locked(c, &lsn, may_checkpoint);
+    tx_writer_leave(c);
     return rc == 0 && lsn ? tx_group_sync(c, lsn) : rc;
 }
 
@@ -744,7 +747,7 @@ int tx_commit(qs_casket *c, int wait_sync)
         return rc;
     }
     if (wait_sync)
-        return commit_and_leave(c);
+        return commit_and_leave(c, 1);
     uint64_t lsn;   /* logged; a later sync (anyone's) makes it durable */
     return tx_commit_release(c, &lsn);
 }
@@ -785,7 +788,8 @@ int tx_refused(qs_casket *c, int rc)
 /* The rest of a write (tx_write_core, cs_write_held), the operation mutex
  * taken: fn, then a transaction of its own committed or aborted, or the
  * caller's marked failed by an error that is not a refusal. */
-static inline int write_locked(qs_casket *c, cs_write_fn fn, void *arg, int own)
+static inline int write_locked(qs_casket *c, cs_write_fn fn, void *arg, int own,
+                               int may_checkpoint)
 {
     if (!own)
         pg_begin(&c->pg);
@@ -799,7 +803,7 @@ static inline int write_locked(qs_casket *c, cs_write_fn fn, void *arg, int own)
         rc = trc;
     if (!own) {
         if (rc == 0)
-            return commit_and_leave(c);
+            return commit_and_leave(c, may_checkpoint);
         tx_abort_locked(c);
         tx_writer_leave(c);
         return rc;
@@ -824,7 +828,7 @@ int tx_write_core(qs_casket *c, cs_write_fn fn, void *arg, int wait)
             return rc;
     }
     pthread_mutex_lock(&c->mu);
-    return write_locked(c, fn, arg, own);
+    return write_locked(c, fn, arg, own, 1);
 }
 
 int cs_write(qs_casket *c, cs_write_fn fn, void *arg)
@@ -883,7 +887,7 @@ int cs_write_held(qs_casket *c, cs_write_fn fn, void *arg)
         return c->txn_error;
     if (pthread_mutex_trylock(&c->mu) != 0)
         return QS_WOULDBLOCK;
-    return write_locked(c, fn, arg, 1);
+    return write_locked(c, fn, arg, 1, 1);
 }
 
 /* Whether a thread leads a group of record operations (group.c) now:
@@ -916,24 +920,8 @@ int cs_write_held_commit(qs_casket *c, cs_write_fn fn, void *arg)
         tx_writer_leave(c);
         return QS_WOULDBLOCK;
     }
-    pg_begin(&c->pg);
-    bt_ctx bt = {&c->pg, 1, NS_USER};
-    rc = fn(c, &bt, arg);
-    c->version++;
-    int trc = pg_trim(&c->pg, 1);
-    pthread_mutex_unlock(&c->mu);
-    if (rc == 0)
-        rc = trc;
-    if (rc) {
-        tx_abort_locked(c);
-        tx_writer_leave(c);
-        return rc;
-    }
-    uint64_t lsn;
-    rc = commit_locked(c, &lsn, 0);
-    tx_writer_leave(c);
-    /* sync was turned on meanwhile (qs_set_sync from another thread) */
-    return rc == 0 && lsn ? tx_group_sync(c, lsn) : rc;
+    /* (sync turned on meanwhile by another thread: the commit syncs) */
+    return write_locked(c, fn, arg, 0, 0);
 }
 
 int cs_write_try(qs_casket *c, cs_write_fn fn, void *arg)
