@@ -2912,44 +2912,54 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
     return rc ? rc : cs_return(c, do_publish(c, nnames, names, noff, val, vlen, id));
 }
 
+/* cs_enter_call for the calls that hand out items: *out is NULL on every
+ * failure, including a handle refused before the call looks at anything
+ * (the header promises it; a caller may free *out unconditionally). */
+static int enter_for_items(qs_casket *c, qs_items **out)
+{
+    if (out)
+        *out = NULL;
+    return cs_enter_call(c);
+}
+
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
                  qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_get(c, name, nlen, max, timeout, out));
 }
 
 int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,
                   size_t max_bytes, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_scan(c, name, nlen, after, max, max_bytes, out));
 }
 
 int qs_queue_peek(qs_casket *c, const void *name, size_t nlen, size_t max, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_peek(c, name, nlen, max, out));
 }
 
 int qs_queue_reserve(qs_casket *c, const void *name, size_t nlen, double timeout, double lease,
                      qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_reserve(c, name, nlen, 1, timeout, lease, 0, out));
 }
 
 int qs_queue_reserve_many(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
                           double lease, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, lease, 0, out));
 }
 
 int qs_queue_reserve_uncounted(qs_casket *c, const void *name, size_t nlen, size_t max,
                                double timeout, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_reserve(c, name, nlen, max, timeout, 0, 1, out));
 }
 
@@ -2982,7 +2992,7 @@ int qs_queue_release_many(qs_casket *c, const void *name, size_t nlen, size_t n,
 int qs_queue_claim(qs_casket *c, const void *name, size_t nlen, size_t max, double min_idle,
                    double lease, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_claim(c, name, nlen, max, min_idle, lease, out));
 }
 
@@ -3007,7 +3017,7 @@ int qs_queue_clear(qs_casket *c, const void *name, size_t nlen, uint64_t *remove
 
 int qs_queue_list(qs_casket *c, qs_items **out)
 {
-    int rc = cs_enter_call(c);
+    int rc = enter_for_items(c, out);
     return rc ? rc : cs_return(c, do_list(c, out));
 }
 

@@ -734,6 +734,40 @@ static void put_held(void)
     tc_tmp_remove(&t);
 }
 
+/* Every call that hands out items leaves *out NULL when it fails, also
+ * when the handle is refused before anything is looked at (NULL, closed):
+ * a caller may free *out whatever came back. */
+static void items_out_null_on_every_failure(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = open_q(t.path, QS_OPEN_NEW, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_shutdown(c);                 /* closed, the handle still allocated */
+    qs_casket *handles[] = {NULL, c};
+    int want[] = {QS_INVAL, QS_CLOSED};
+    qs_items *junk = (qs_items *)&junk, *it;
+    for (int h = 0; h < 2; h++) {
+        qs_casket *x = handles[h];
+#define OUT_NULL(call)                                   \
+        it = junk;                                       \
+        CHECK_RC(call, want[h]);                         \
+        CHECK(it == NULL)
+        OUT_NULL(qs_queue_get(x, "q", 1, 1, 0, &it));
+        OUT_NULL(qs_queue_scan(x, "q", 1, 0, 1, 0, &it));
+        OUT_NULL(qs_queue_peek(x, "q", 1, 1, &it));
+        OUT_NULL(qs_queue_reserve(x, "q", 1, 0, 1, &it));
+        OUT_NULL(qs_queue_reserve_many(x, "q", 1, 1, 0, 1, &it));
+        OUT_NULL(qs_queue_reserve_uncounted(x, "q", 1, 1, 0, &it));
+        OUT_NULL(qs_queue_claim(x, "q", 1, 1, 0, 1, &it));
+        OUT_NULL(qs_queue_list(x, &it));
+#undef OUT_NULL
+    }
+    qs_close(c);
+    tc_tmp_remove(&t);
+}
+
 static void transactions(void)
 {
     tc_tmp t;
@@ -1860,6 +1894,7 @@ int main(void)
     RUN(lease_over_without_other_calls);
     RUN(transactions);
     RUN(put_held);
+    RUN(items_out_null_on_every_failure);
     RUN(reopen);
     RUN(bad_arguments);
     RUN(listing);
