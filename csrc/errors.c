@@ -49,7 +49,7 @@ static const char *const err_text[] = {
         "the group has no pending entry for that id (never read by the group, or acknowledged)",
     [ERR_INDEX(QS_STREAM_TRIMMED)] = "the id was removed from the stream by retention",
     [ERR_INDEX(QS_WOULDBLOCK)] =
-        "the read would have waited (for another thread's call on the handle, a checkpoint, "
+        "the call would have waited (for another thread or process, a sync, a checkpoint, "
         "or a page to be read from the file)",
 };
 

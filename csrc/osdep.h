@@ -9,6 +9,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* One pause in a spin-wait: tells the CPU the loop waits for another
+ * core's store (x86's PAUSE spares the other hyperthread and the memory
+ * order machinery); elsewhere a fence, which at least re-reads memory. */
+#if defined(__x86_64__) || defined(__i386__)
+#define os_cpu_relax() __builtin_ia32_pause()
+#else
+#define os_cpu_relax() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+
 /* Makes the file's data (and the metadata needed to read it) durable.
  * Returns 0, or -1 with errno set.  macOS's fsync only reaches the drive's
  * cache; F_FULLFSYNC reaches the medium. */

@@ -174,10 +174,9 @@ enum {
     QS_WOULDBLOCK = -32027, /* qs_get_nowait: the call would have waited for
                                another thread's call on the handle, for a
                                checkpoint, or for a page to be read from the
-                               file; qs_queue_put_held: not in the caller's
-                               transaction, or it would have waited for
-                               another thread; qs_put_held: it would
-                               have waited for anyone */
+                               file; qs_put_held, qs_queue_put_held,
+                               qs_queue_get_held: it would have waited for
+                               anyone */
     QS_LAST_ERRCODE = -32027
 };
 
@@ -834,20 +833,25 @@ int64_t qs_queue_put_id(qs_queue *q, const void *val, size_t vlen);
 
 /* qs_queue_put_id for a caller that holds a lock every thread of its
  * process needs (Python's interpreter lock: pyqstore's Queue.put calls it
- * holding the GIL, so a put inside a transaction costs no lock hand-over).
- * It puts only inside the calling thread's explicit transaction on q's
- * casket, which holds the write lock already, so it waits for no other
- * process; where it would wait for another thread it returns QS_WOULDBLOCK
- * instead, having done nothing, and the caller makes the ordinary call
- * without its lock: outside such a transaction, when the transaction has
- * buffered putdups to apply first (qs_putdup), or when another thread
- * is inside a call on the handle.  It may read pages from the file and
- * write pages to the log (a transaction larger than the cache spills), as
- * any put in the transaction does: I/O, but no wait for anyone.
+ * holding the GIL, and falls back to qs_queue_put_id without it): where
+ * the put would wait for anyone it returns QS_WOULDBLOCK instead, having
+ * done nothing.  Inside the calling thread's explicit transaction on q's
+ * casket, which holds the write lock already, it puts unless that
+ * transaction has buffered putdups to apply first (qs_putdup) or another
+ * thread is inside a call on the handle.  Outside one it commits the put
+ * as a transaction of its own on the terms of qs_put_held: sync off, the
+ * write lock free in this process and in every other, no other thread's
+ * grouped record operations under way, no checkpoint due.  It may read
+ * pages from the file and write to the log (a commit, or a transaction
+ * larger than the cache spilling), and wakes the queue's waiters in any
+ * process: I/O and a wake-up, but no wait for anyone.  With one thread
+ * it saves little; with a producer thread and a consumer thread on one
+ * queue it saves a hand-over of the interpreter's lock and of the write
+ * lock for every item (qs_queue_get_held is the consumer's half).
  * @return as qs_queue_put_id, or QS_WOULDBLOCK
  * @fail   as qs_queue_put_id (an error other than a refusal such as
- *         QS_QFULL fails the transaction); on QS_WOULDBLOCK nothing put and
- *         the transaction as it was. */
+ *         QS_QFULL fails an explicit transaction); on QS_WOULDBLOCK
+ *         nothing put and a transaction as it was. */
 int64_t qs_queue_put_held(qs_queue *q, const void *val, size_t vlen);
 
 /* qs_queue_put_id that waits for room when q is a bounded queue holding its
@@ -940,6 +944,22 @@ int qs_queue_publish(qs_casket *c, size_t nnames, const void *names, const uint6
  * @fail   *out NULL (when out is not NULL); nothing taken. */
 int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max,
                  double timeout, qs_items **out);
+
+/* qs_queue_get without waiting (timeout 0) for a caller that holds a lock
+ * every thread of its process needs, as qs_queue_put_held: where the get
+ * would wait for anyone -- the write lock held by another thread or
+ * process, sync on (its commit would wait for the fdatasync), another
+ * thread inside a call on the handle, a checkpoint due -- it returns
+ * QS_WOULDBLOCK instead, having taken nothing, and the caller makes the
+ * ordinary call (qs_queue_get, which may also wait for an item) without
+ * its lock.  Inside the calling thread's explicit transaction it takes as
+ * qs_queue_get does there.
+ * @return 0, or QS_NOTFOUND (no item available: *out NULL), QS_WOULDBLOCK,
+ *         QS_INVAL (out NULL, a bad name, max 0), QS_NOMEM, HANDLE, WRITE,
+ *         STORAGE
+ * @fail   *out NULL (when out is not NULL); nothing taken. */
+int qs_queue_get_held(qs_casket *c, const void *name, size_t nlen, size_t max,
+                      qs_items **out);
 
 /* After qs_queue_get or qs_queue_reserve returned QS_INTR in this thread:
  * the seconds that were left of its timeout (>= 0), or -1 when it had

@@ -1248,8 +1248,9 @@ static int put_wait(qs_casket *c, put_args *a, double timeout, uint64_t *id)
  * waiting for room (a branch, so the plain put pays nothing for it), with
  * the priority and delay of qs_queue_put_order_wait (checked by it). */
 /* How put_one puts: at once (put_key, autocommit or in a transaction), or
- * waiting for room in a bounded queue, or held (cs_write_held: only inside
- * the caller's transaction, never waiting: QS_WOULDBLOCK instead). */
+ * waiting for room in a bounded queue, or held (cs_write_held_commit: in
+ * the caller's transaction, or committed alone where that waits for
+ * nobody; QS_WOULDBLOCK instead of any wait). */
 enum put_mode { PUT_NOW, PUT_WAIT, PUT_HELD };
 
 static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, enum put_mode mode,
@@ -1257,11 +1258,6 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, enum pu
 {
     if (!q || (!val && vlen) || isnan(timeout))
         return QS_INVAL;
-    /* an autocommit put comes to the held call first: refused at the least
-     * cost (q's casket stays allocated while q is in use, so looking is
-     * safe; cs_enter_call checks that it is open) */
-    if (mode == PUT_HELD && !cs_in_txn(q->c))
-        return QS_WOULDBLOCK;
     if (vlen > (size_t)QS_MAX_VALUE - 1)
         return QS_TOOBIG;
     int rc = cs_enter_call(q->c);
@@ -1275,7 +1271,7 @@ static inline int64_t put_one(qs_queue *q, const void *val, size_t vlen, enum pu
             put_args a = {q->key, q->klen, 1, v, 0, priority, delay};
             if (mode == PUT_WAIT)
                 rc = put_wait(q->c, &a, timeout, &id);
-            else if ((rc = cs_write_held(q->c, put_fn, &a)) == 0)
+            else if ((rc = cs_write_held_commit(q->c, put_fn, &a)) == 0)
                 id = a.first_id;
         }
         cs_leave_call(q->c);
@@ -1924,8 +1920,19 @@ static int check_timeout(double t)
     return isnan(t) ? QS_INVAL : 0;
 }
 
+/* One look at the queue through cs_write_held_commit: QS_WOULDBLOCK
+ * (nothing taken) where the take would wait for anyone, QS_NOTFOUND
+ * where it found nothing to hand out. */
+static int take_held(qs_casket *c, take_args *a)
+{
+    a->hash = hash_bytes(a->key, a->klen);
+    int rc = cs_write_held_commit(c, take_fn, a);
+    return rc == 0 && a->out.n == 0 ? QS_NOTFOUND : rc;    /* it only dead-lettered */
+}
+
+/* held: qs_queue_get_held's take (timeout unused), else take_wait's. */
 static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, double timeout,
-                  qs_items **out)
+                  int held, qs_items **out)
 {
     uint8_t key[QS_MAX_QUEUE_NAME + 1];
     if (!out)
@@ -1940,7 +1947,7 @@ static int do_get(qs_casket *c, const void *name, size_t nlen, size_t max, doubl
     if (!it)
         return QS_NOMEM;
     take_args a = {.key = key, .klen = (uint32_t)nlen + 1, .max = max};
-    rc = take_wait(c, &a, timeout);
+    rc = held ? take_held(c, &a) : take_wait(c, &a, timeout);
     if (rc) {
         free(it);
         out_drop(&a.out);
@@ -2926,7 +2933,14 @@ int qs_queue_get(qs_casket *c, const void *name, size_t nlen, size_t max, double
                  qs_items **out)
 {
     int rc = enter_for_items(c, out);
-    return rc ? rc : cs_return(c, do_get(c, name, nlen, max, timeout, out));
+    return rc ? rc : cs_return(c, do_get(c, name, nlen, max, timeout, 0, out));
+}
+
+int qs_queue_get_held(qs_casket *c, const void *name, size_t nlen, size_t max,
+                      qs_items **out)
+{
+    int rc = enter_for_items(c, out);
+    return rc ? rc : cs_return(c, do_get(c, name, nlen, max, 0, 1, out));
 }
 
 int qs_queue_scan(qs_casket *c, const void *name, size_t nlen, uint64_t after, size_t max,

@@ -464,11 +464,6 @@ void sh_publish(sh_region *r, uint64_t salt, uint64_t log_end)
  * recognised by its slot's lock byte, which the kernel dropped, or by the
  * slot having been taken again, and the lock is taken over. */
 #define SPIN_NS 30000ull
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() atomic_thread_fence(memory_order_seq_cst)
-#endif
 
 /* How the write lock and the checkpoint guard name their holder. */
 static uint64_t holder_name(const sh_region *r)
@@ -525,7 +520,7 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
         uint64_t spin_from = sh_now_ns();
         while (atomic_load(&h->wowner) && sh_now_ns() - spin_from < SPIN_NS)
             for (int i = 0; i < 32; i++)
-                cpu_relax();
+                os_cpu_relax();
         if (!atomic_load(&h->wowner))
             continue;
         uint64_t now = sh_now_ns();

@@ -710,6 +710,146 @@ static void put_held_commits_only_where_it_waits_for_nobody(void)
     tc_tmp_remove(&t);
 }
 
+/* The oldest item of queue name taken by qs_queue_get_held: whether it is
+ * want (rc 0), else the call's rc printed. */
+static int held_take_is(qs_casket *c, const char *name, const char *want)
+{
+    qs_items *it = NULL;
+    int rc = qs_queue_get_held(c, name, strlen(name), 1, &it);
+    int ok = rc == 0 && it && it->count == 1 && it->off[1] - it->off[0] == strlen(want) &&
+             memcmp(it->data + it->off[0], want, strlen(want)) == 0;
+    if (!ok)
+        printf("  held take of %s: rc %d (%s)\n", name, rc, qs_strerror(rc));
+    qs_items_free(it);
+    return ok;
+}
+
+static int held_take_rc(qs_casket *c, const char *name)
+{
+    qs_items *it = (qs_items *)&it;     /* must come back NULL on failure */
+    int rc = qs_queue_get_held(c, name, strlen(name), 1, &it);
+    if (rc && it != NULL)
+        return 1;
+    qs_items_free(it);
+    return rc;
+}
+
+/* qs_queue_put_held and qs_queue_get_held outside a transaction commit on
+ * qs_put_held's terms: QS_WOULDBLOCK at once, nothing done, with sync on,
+ * beside another thread's call or transaction, beside another handle's
+ * transaction (the process lock), and when a checkpoint is due, which the
+ * ordinary call then runs.  Otherwise a commit of its own, which another
+ * handle reads; an empty queue is QS_NOTFOUND; inside the caller's
+ * transaction the get takes as qs_queue_get does there. */
+static void queue_held_calls_commit_only_where_they_wait_for_nobody(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 1, 0, 64 << 10, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_casket *other = tc_open(t.path, QS_OPEN_WRITE, 1, 0, 64 << 10, &rc);
+    REQUIRE_RC(rc, 0);
+    qs_queue *q = NULL;
+    REQUIRE_RC(qs_queue_new(c, "q", 1, &q), 0);
+    uint64_t len = 0;
+
+    CHECK(qs_queue_put_held(q, "s", 1) == QS_WOULDBLOCK);          /* sync on */
+    CHECK_RC(qs_queue_len(other, "q", 1, &len), 0);
+    CHECK(len == 0);
+    uint64_t id = 0;
+    REQUIRE_RC(qs_queue_put(other, "q", 1, "s", 1, &id), 0);
+    CHECK_RC(held_take_rc(c, "q"), QS_WOULDBLOCK);                  /* sync on */
+    qs_set_sync(c, 0);
+    CHECK(held_take_is(c, "q", "s"));
+    CHECK_RC(held_take_rc(c, "q"), QS_NOTFOUND);
+    CHECK(qs_queue_put_held(q, "a", 1) == (int64_t)id + 1);
+    CHECK_RC(qs_queue_len(other, "q", 1, &len), 0);
+    CHECK(len == 1);                        /* committed: the other handle sees it */
+
+    CHECK_RC(held_take_rc(NULL, "q"), QS_INVAL);
+    CHECK_RC(held_take_rc(c, ""), QS_INVAL);
+    CHECK_RC(qs_queue_get_held(c, "q", 1, 1, NULL), QS_INVAL);
+    qs_items *none = NULL;
+    CHECK_RC(qs_queue_get_held(c, "q", 1, 0, &none), QS_INVAL);
+
+    view_holder vh = {.c = c};
+    pthread_t th;
+    REQUIRE(view_hold(&vh, &th) == 0);
+    double t0 = tc_now();
+    CHECK(qs_queue_put_held(q, "b", 1) == QS_WOULDBLOCK);
+    CHECK_RC(held_take_rc(c, "q"), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    view_release(&vh, th);
+
+    view_holder txn = {.c = c, .txn = 1};
+    REQUIRE(view_hold(&txn, &th) == 0);
+    t0 = tc_now();
+    CHECK(qs_queue_put_held(q, "b", 1) == QS_WOULDBLOCK);
+    CHECK_RC(held_take_rc(c, "q"), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    view_release(&txn, th);
+    CHECK_RC(txn.rc, 0);
+
+    REQUIRE_RC(qs_begin(other), 0);
+    t0 = tc_now();
+    CHECK(qs_queue_put_held(q, "b", 1) == QS_WOULDBLOCK);           /* the process lock */
+    CHECK_RC(held_take_rc(c, "q"), QS_WOULDBLOCK);
+    CHECK(tc_now() - t0 < 0.5);
+    CHECK_RC(qs_abort(other), 0);
+    CHECK_RC(qs_queue_len(c, "q", 1, &len), 0);
+    CHECK(len == 1);                        /* only "a": nothing was done */
+
+    REQUIRE_RC(qs_begin(c), 0);
+    CHECK(held_take_is(c, "q", "a"));                               /* in the transaction */
+    CHECK_RC(held_take_rc(c, "q"), QS_NOTFOUND);
+    CHECK_RC(qs_abort(c), 0);
+    CHECK(held_take_is(c, "q", "a"));                               /* back, and taken */
+
+    /* Puts until the log passes the 64 KiB checkpoint size: the held call
+     * that finds it past refuses, no held call checkpointed, and the
+     * ordinary call does. */
+    qs_stat st;
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    uint64_t checkpoints = st.checkpoints;
+    char val[200];
+    memset(val, 'x', sizeof val);
+    int64_t r = 0;
+    int i, puts = 0;
+    for (i = 0; i < 10000 && r != QS_WOULDBLOCK; i++) {
+        r = qs_queue_put_held(q, val, sizeof val);
+        CHECK(r > 0 || r == QS_WOULDBLOCK);
+        puts += r > 0;
+    }
+    REQUIRE(r == QS_WOULDBLOCK);
+    CHECK_RC(held_take_rc(c, "q"), QS_WOULDBLOCK);
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.checkpoints == checkpoints);
+    CHECK(qs_queue_put_id(q, "last", 4) > 0);                       /* the fallback */
+    REQUIRE_RC(qs_stat_get(c, &st), 0);
+    CHECK(st.checkpoints == checkpoints + 1);
+    CHECK(qs_queue_put_held(q, "after", 5) > 0);
+
+    qs_queue_free(q);
+    CHECK_RC(qs_close(other), 0);
+    CHECK_RC(qs_close(c), 0);
+    c = open_mode(t.path, QS_OPEN_WRITE, &rc);
+    REQUIRE_RC(rc, 0);
+    CHECK_RC(qs_queue_len(c, "q", 1, &len), 0);
+    CHECK(len == (uint64_t)puts + 2);         /* the held puts, "last" and "after" */
+    qs_items *all = NULL;
+    REQUIRE_RC(qs_queue_get(c, "q", 1, (size_t)puts + 2, 0, &all), 0);
+    size_t n = all->count;
+    CHECK(n == (size_t)puts + 2);
+    CHECK(n >= 2 && all->off[n - 1] - all->off[n - 2] == 4 &&
+          memcmp(all->data + all->off[n - 2], "last", 4) == 0);
+    CHECK(n >= 2 && all->off[n] - all->off[n - 1] == 5 &&
+          memcmp(all->data + all->off[n - 1], "after", 5) == 0);
+    qs_items_free(all);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 /* qs_get_nowait where qs_get_into would wait: a page not yet read from
  * the file, another thread inside a call on the handle, another handle's
  * checkpoint under way.  QS_WOULDBLOCK at once, nothing read, and the same
@@ -814,6 +954,7 @@ int main(void)
     RUN(get_nowait_never_waits);
     RUN(put_held_never_waits_for_another_thread);
     RUN(put_held_commits_only_where_it_waits_for_nobody);
+    RUN(queue_held_calls_commit_only_where_they_wait_for_nobody);
     RUN(empty_casket);
     RUN(readonly_open);
     RUN(open_missing);

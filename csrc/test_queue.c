@@ -669,9 +669,10 @@ static void lease_over_without_other_calls(void)
     tc_tmp_remove(&t);
 }
 
-/* qs_queue_put_held: only inside the calling thread's transaction; where
- * it would wait (none of ours, buffered putdups first) QS_WOULDBLOCK with
- * nothing done; otherwise qs_queue_put_id's answers and ids. */
+/* qs_queue_put_held: where it would wait (outside a transaction with sync
+ * on, buffered putdups first) QS_WOULDBLOCK with nothing done; otherwise
+ * qs_queue_put_id's answers and ids.  (Its commits outside a transaction:
+ * test_api.c, queue_held_calls_commit_only_where_they_wait_for_nobody.) */
 static void put_held(void)
 {
     tc_tmp t;
@@ -685,9 +686,12 @@ static void put_held(void)
     CHECK(qs_queue_put_held(NULL, "v", 1) == QS_INVAL);
     CHECK(qs_queue_put_held(q, NULL, 1) == QS_INVAL);
 
-    /* no transaction: refused, nothing put */
+    /* no transaction, sync on (its commit would wait for the sync):
+     * refused, nothing put */
+    qs_set_sync(c, 1);
     CHECK(qs_queue_put_held(q, "v", 1) == QS_WOULDBLOCK);
     CHECK(qlen(c, "q") == 0);
+    qs_set_sync(c, 0);
 
     /* in one: the ids qs_queue_put_id would hand out, mixed with it */
     REQUIRE_RC(qs_begin(c), 0);
@@ -755,6 +759,7 @@ static void items_out_null_on_every_failure(void)
         CHECK_RC(call, want[h]);                         \
         CHECK(it == NULL)
         OUT_NULL(qs_queue_get(x, "q", 1, 1, 0, &it));
+        OUT_NULL(qs_queue_get_held(x, "q", 1, 1, &it));
         OUT_NULL(qs_queue_scan(x, "q", 1, 0, 1, 0, &it));
         OUT_NULL(qs_queue_peek(x, "q", 1, 1, &it));
         OUT_NULL(qs_queue_reserve(x, "q", 1, 0, 1, &it));

@@ -1,9 +1,8 @@
 """The library's calls made from pyqstore/_heldcalls.c rather than
 through cffi, installed once: Casket.get's, which keeps the GIL;
-Casket.put's store, which keeps it where the put waits for nobody (sync
-off) and releases it once elsewhere; Queue.put's append, which keeps it
-inside the caller's transaction and releases it once elsewhere; and
-Queue.get's take, which releases it once.
+Casket.put's store, Queue.put's append and Queue.get's take, which keep
+it where the call waits for nobody (inside the caller's transaction, or
+with sync off and the write lock free) and release it once elsewhere.
 The extension is built on CPython's limited API and is absent elsewhere
 (PyPy, free-threaded and debug builds): there all four are None and
 every call goes through cffi."""
@@ -32,7 +31,7 @@ except ImportError:  # pragma: no cover - depends on the interpreter
 else:
     _heldcalls.install(_address("qs_get_nowait"), _address("qs_queue_put_held"),
                        _address("qs_queue_put_id"), _address("qs_queue_get"), _address("qs_items_free"),
-                       _address("qs_put_held"), _address("qs_put"))
+                       _address("qs_put_held"), _address("qs_put"), _address("qs_queue_get_held"))
     held_get = _heldcalls.get
     append = _heldcalls.append
     store = _heldcalls.store

@@ -14,12 +14,16 @@
  * it: so it calls qs_get_nowait, which answers QS_WOULDBLOCK where
  * qs_get_into would wait, and the Python side then makes the ordinary
  * cffi call (GIL released) instead.  Queue.put does the same with
- * qs_queue_put_held, which puts only inside the calling thread's own
- * transaction: 4,127 instructions per put in a transaction before, of which
- * 1,069 were the library's; the cffi call's argument conversion, its tuple
- * and the GIL's release and retake were about 950 of the rest.  take(),
- * Queue.get's call, commits and may wait, so it releases the GIL for that
- * -- once, where cffi's path released it twice (see take()).
+ * qs_queue_put_held: 4,127 instructions per put in a transaction before,
+ * of which 1,069 were the library's; the cffi call's argument conversion,
+ * its tuple and the GIL's release and retake were about 950 of the rest.
+ * Outside a transaction qs_queue_put_held and qs_queue_get_held commit
+ * holding the GIL where the commit waits for nobody (sync off, the write
+ * lock free): a producer thread and a consumer thread on one queue then
+ * take turns by the GIL's switch interval instead of handing the GIL and
+ * the write lock over for every item.  take() falls back to qs_queue_get,
+ * which may wait for an item, with the GIL released -- once, where cffi's
+ * path released it twice (see take()).
  *
  * The library itself is linked into pyqstore._qstore only (one copy of its
  * process-wide state): pyqstore._held passes the addresses of the calls
@@ -43,6 +47,8 @@ typedef int64_t (*put_held_fn)(qs_queue *q, const void *val, size_t vlen);
 typedef int64_t (*put_id_fn)(qs_queue *q, const void *val, size_t vlen);
 typedef int (*queue_get_fn)(qs_casket *c, const void *name, size_t nlen, size_t max,
                             double timeout, qs_items **out);
+typedef int (*queue_get_held_fn)(qs_casket *c, const void *name, size_t nlen, size_t max,
+                                 qs_items **out);
 typedef void (*items_free_fn)(qs_items *items);
 typedef int (*record_put_fn)(qs_casket *c, const void *key, size_t klen, const void *val,
                              size_t vlen);
@@ -51,6 +57,7 @@ static get_nowait_fn get_nowait;
 static put_held_fn put_held;
 static put_id_fn put_id;
 static queue_get_fn queue_get;
+static queue_get_held_fn queue_get_held;
 static items_free_fn items_free;
 static record_put_fn record_put_held, record_put;
 
@@ -72,13 +79,13 @@ static PyObject *install(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     (void)self;
     static const char *const names[] = {"qs_get_nowait", "qs_queue_put_held", "qs_queue_put_id",
                                         "qs_queue_get", "qs_items_free", "qs_put_held",
-                                        "qs_put"};
+                                        "qs_put", "qs_queue_get_held"};
     enum { N = sizeof names / sizeof names[0] };
     void *addr[N];
     if (nargs != N) {
         PyErr_SetString(PyExc_TypeError, "install(qs_get_nowait, qs_queue_put_held, "
-                        "qs_queue_put_id, qs_queue_get, qs_items_free, qs_put_held, qs_put) "
-                        "takes seven addresses");
+                        "qs_queue_put_id, qs_queue_get, qs_items_free, qs_put_held, qs_put, "
+                        "qs_queue_get_held) takes eight addresses");
         return NULL;
     }
     for (int i = 0; i < N; i++)
@@ -91,6 +98,7 @@ static PyObject *install(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     items_free = (items_free_fn)(uintptr_t)addr[4];
     record_put_held = (record_put_fn)(uintptr_t)addr[5];
     record_put = (record_put_fn)(uintptr_t)addr[6];
+    queue_get_held = (queue_get_held_fn)(uintptr_t)addr[7];
     Py_RETURN_NONE;
 }
 
@@ -160,11 +168,10 @@ static PyObject *put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* append(queue, payload) -> int.  Queue.put's call: put() where it keeps
- * the GIL, and where that answers QS_WOULDBLOCK (no transaction of this
- * thread is open, or another thread is inside a call on the handle)
- * qs_queue_put_id with the GIL released, as through cffi: the id, or a
- * negative code (QS_QFULL: the queue is bounded and full, wait through
- * the general path). */
+ * the GIL, and where that answers QS_WOULDBLOCK (the put would wait for
+ * another thread, another process or a sync) qs_queue_put_id with the GIL
+ * released, as through cffi: the id, or a negative code (QS_QFULL: the
+ * queue is bounded and full, wait through the general path). */
 static PyObject *append(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -216,19 +223,20 @@ static PyObject *store(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(rc);
 }
 
-/* take(handle, name, timeout) -> bytes | int.  The one call that does
- * not keep the GIL: a get takes the write lock and commits, and may wait
- * for an item, so qs_queue_get runs with the GIL released, as through
- * cffi.  What it saves is the rest of cffi's get: a second release and
- * retake for qs_items_free, the qs_items ** cell, the buffer object and
- * its slice (about 2,700 instructions of a 22,000-instruction put-and-get
- * pair, bench/callgrind_check.py queue_churn).  handle is a live
- * qs_casket's address, name a queue's name as exact bytes (kept alive by
- * the argument tuple while the GIL is released), timeout as
- * qs_queue_get's.  The oldest available item as bytes, or an int: a qs_*
- * code (QS_NOTFOUND, QS_INTR: run the handlers and call again with the
- * time left, any error).  A MemoryError making the bytes loses the item
- * taken, as the cffi path's copy would. */
+/* take(handle, name, timeout) -> bytes | int.  Queue.get's call:
+ * qs_queue_get_held, which keeps the GIL where the get waits for nobody,
+ * and where that answers QS_WOULDBLOCK -- or QS_NOTFOUND with a timeout
+ * to wait for an item -- qs_queue_get with the GIL released, as through
+ * cffi.  Against cffi's get it also saves a second release and retake for
+ * qs_items_free, the qs_items ** cell, the buffer object and its slice
+ * (about 2,700 instructions of a 22,000-instruction put-and-get pair,
+ * bench/callgrind_check.py queue_churn).  handle is a live qs_casket's
+ * address, name a queue's name as exact bytes (kept alive by the argument
+ * tuple while the GIL is released), timeout as qs_queue_get's.  The oldest
+ * available item as bytes, or an int: a qs_* code (QS_NOTFOUND, QS_INTR:
+ * run the handlers and call again with the time left, any error).  A
+ * MemoryError making the bytes loses the item taken, as the cffi path's
+ * copy would. */
 static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -242,10 +250,12 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
     qs_items *items = NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = queue_get(c, name, (size_t)nlen, 1, timeout, &items);
-    Py_END_ALLOW_THREADS
+    int rc = queue_get_held(c, name, (size_t)nlen, 1, &items);
+    if (rc == QS_WOULDBLOCK || (rc == QS_NOTFOUND && timeout != 0)) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = queue_get(c, name, (size_t)nlen, 1, timeout, &items);
+        Py_END_ALLOW_THREADS
+    }
     if (rc)
         return PyLong_FromLong(rc);
     PyObject *item = PyBytes_FromStringAndSize((const char *)items->data + items->off[0],

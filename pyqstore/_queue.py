@@ -613,9 +613,10 @@ class Queue(Generic[T]):
             payload = _encoded(self._codec, payload)
         elif type(payload) is not bytes:
             payload = _raw_payload(payload)
-        # _append (see _heldcalls.c) keeps the GIL inside this thread's
-        # transaction, where a put waits for nobody, and elsewhere releases
-        # it once for the put; without the extension, the cffi call.
+        # _append (see _heldcalls.c) keeps the GIL where the put waits for
+        # nobody (inside this thread's transaction, or committed alone with
+        # sync off and the write lock free), and elsewhere releases it once
+        # for the put; without the extension, the cffi call.
         r: int = _qs_put_id(self._q, payload, len(payload)) if _append is None \
             else _append(self._qaddr, payload)
         if r < 0:
@@ -948,8 +949,9 @@ class Queue(Generic[T]):
 
     def _get_one(self, timeout: float) -> T:
         # get()'s own path: one item, no lists.  _take (see _heldcalls.c)
-        # is qs_queue_get made with one release of the GIL, giving bytes;
-        # without the extension, the cffi call and a per-thread out-cell.
+        # keeps the GIL where the get waits for nobody, and elsewhere is
+        # qs_queue_get made with one release of it, giving bytes; without
+        # the extension, the cffi call and a per-thread out-cell.
         codec = self._codec
         if codec is not None:
             return self._get_decoded(codec, 1, timeout, "get")[0]

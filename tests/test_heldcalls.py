@@ -1,10 +1,10 @@
 """The calls made from pyqstore/_heldcalls.c rather than through cffi:
 Casket.get's over qs_get_nowait and put over qs_queue_put_held, which keep
 the GIL and hand over to the cffi call where they would have waited;
-Casket.put's store over qs_put_held, held where the put waits for nobody
-(sync off) and with the GIL released once elsewhere;
-Queue.put's append, held inside the caller's transaction and with the GIL
-released once elsewhere; Queue.get's take, with the GIL released once.
+Casket.put's store over qs_put_held, Queue.put's append over
+qs_queue_put_held and Queue.get's take over qs_queue_get_held, held where
+the call waits for nobody (inside the caller's transaction, or with sync
+off and the write lock free) and with the GIL released once elsewhere.
 They are built where cffi's module is and answer what the cffi call
 answers."""
 from __future__ import annotations
@@ -172,11 +172,15 @@ def test_a_transactions_buffered_putdups_are_read_through_cffi(casket):
 
 
 @needs_held
-def test_a_held_put_goes_in_only_inside_the_callers_transaction(casket):
+def test_a_held_put_commits_alone_only_with_sync_off(casket):
     from pyqstore import _heldcalls
     q = casket.queue("q")
-    assert _heldcalls.put(q._qaddr, b"x") == lib.QS_WOULDBLOCK     # no transaction
+    lib.qs_set_sync(casket._c, 1)
+    assert _heldcalls.put(q._qaddr, b"x") == lib.QS_WOULDBLOCK     # it would sync
     assert len(q) == 0
+    lib.qs_set_sync(casket._c, 0)
+    alone = _heldcalls.put(q._qaddr, b"alone")                      # its own commit
+    assert alone >= 1 and q.get_nowait() == b"alone"
     with casket.transaction():
         first = _heldcalls.put(q._qaddr, b"a")
         assert first >= 1 and q.put(b"b") == first + 1 and len(q) == 2
@@ -248,6 +252,88 @@ def test_take_answers_like_the_cffi_get(casket):
         _heldcalls.take(h, "q", 0.0)
     with pytest.raises(TypeError):
         _heldcalls.take(h, q._key)
+
+
+@needs_held
+def test_take_holds_the_gil_where_it_waits_for_nobody(path):
+    """take's held get commits alone with sync off (another handle sees the
+    item gone), joins the caller's transaction (an abort puts it back), and
+    with sync on falls back to the cffi get, which takes it all the same."""
+    from pyqstore import _heldcalls
+    c = pyqstore.open(path, "n", sync=False)
+    other = pyqstore.open(path)
+    try:
+        q, oq = c.queue("q"), other.queue("q")
+        for p in (b"a", b"b", b"c", b"d"):
+            oq.put(p)
+        items = lib.qs_queue_get_held
+        out = pyqstore._qstore.ffi.new("qs_items **")
+        assert items(c._c, b"q", 1, 1, out) == 0 and out[0].count == 1
+        lib.qs_items_free(out[0])
+        assert len(oq) == 3                                   # committed alone
+        c.begin()
+        assert _heldcalls.take(c._addr, q._key, 0.0) == b"b"
+        assert len(oq) == 3                                   # not yet
+        c.abort()
+        assert len(oq) == 3 and q.peek() == b"b"
+        lib.qs_set_sync(c._c, 1)
+        assert items(c._c, b"q", 1, 1, out) == lib.QS_WOULDBLOCK
+        assert out[0] == pyqstore._qstore.ffi.NULL and len(oq) == 3
+        assert _heldcalls.take(c._addr, q._key, 0.0) == b"b"   # the fallback
+        assert _heldcalls.take(c._addr, q._key, 1.0) == b"c"
+        lib.qs_set_sync(c._c, 0)
+        assert q.get(timeout=1) == b"d"
+        assert _heldcalls.take(c._addr, q._key, 0.0) == lib.QS_NOTFOUND
+        assert len(oq) == 0
+    finally:
+        other.close()
+        c.close()
+
+
+@needs_held
+@pytest.mark.parametrize("handles", ["one", "two"])
+def test_a_producer_and_a_consumer_thread_pass_every_item_once_in_order(path, handles):
+    """A producer thread's puts and a consumer thread's blocking gets on one
+    queue, sync off, with a log small enough that checkpoints fall due
+    along the way (the held calls refuse and the fallbacks run them): each
+    item arrives once, in order, and the queue is empty after."""
+    n = 3000
+    c = pyqstore.open(path, "n", sync=False, checkpoint_size=64 << 10)
+    c2 = c if handles == "one" else pyqstore.open(path, sync=False, checkpoint_size=64 << 10)
+    got: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            q = c.queue("q")
+            for i in range(n):
+                q.put(b"%06d" % i + b"x" * (i % 200))
+        except BaseException as e:
+            errors.append(e)
+
+    def consume() -> None:
+        try:
+            q = c2.queue("q")
+            for _ in range(n):
+                got.append(q.get(timeout=30))
+        except BaseException as e:
+            errors.append(e)
+
+    try:
+        stats = c.stats()
+        ts = [threading.Thread(target=produce), threading.Thread(target=consume)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errors and not any(t.is_alive() for t in ts)
+        assert got == [b"%06d" % i + b"x" * (i % 200) for i in range(n)]
+        assert len(c.queue("q")) == 0
+        assert c.stats()["checkpoints"] > stats["checkpoints"]
+    finally:
+        if c2 is not c:
+            c2.close()
+        c.close()
 
 
 @needs_held
