@@ -393,6 +393,7 @@ void pg_close(pager *p)
 {
     if (p->in_txn)
         pg_abort(p);
+    wal_unmap(&p->log);
     drop_all(p, &p->cache);
     hm_free(&p->cache);
     hm_free(&p->logidx);
@@ -745,7 +746,7 @@ static int spill(pager *p)
     if (rc == 0)
         rc = wal_reserve(&p->log, p->txn_end, 0);
     if (rc == 0 && fresh)
-        rc = wal_write(&p->log, pages, fresh, at, NULL);
+        rc = wal_write(&p->log, pages, fresh, at, NULL, 0);
     if (rc) {
         /* None of these frames counts, so the transaction's next ones go
          * where they were to go: a gap in its frames would stop recovery
@@ -810,7 +811,7 @@ int pg_commit_prepare(pager *p)
     return hm_reserve(&p->logidx, p->dirty.len + p->spill.len + 1) ? QS_NOMEM : 0;
 }
 
-int pg_commit_write(pager *p, int sync_growth, int *wrote)
+int pg_commit_write(pager *p, int will_sync, int *wrote)
 {
     int rc;
     *wrote = 0;
@@ -894,9 +895,9 @@ int pg_commit_write(pager *p, int sync_growth, int *wrote)
         b->off = end;
         end += wal_frame_len(b->data);
     }
-    if ((rc = wal_reserve(&p->log, end, sync_growth)) != 0)
+    if ((rc = wal_reserve(&p->log, end, will_sync)) != 0)
         goto out;
-    if ((rc = wal_write(&p->log, pages, fresh, at, NULL)) != 0)
+    if ((rc = wal_write(&p->log, pages, fresh, at, NULL, !will_sync)) != 0)
         goto out;
     p->txn_end = end;
     *wrote = 1;

@@ -228,9 +228,12 @@ void pg_begin(pager *p);
 int pg_commit_prepare(pager *p);
 
 /* Writes the transaction's frames, the commit frame last, without syncing.
- * *wrote is set to 0 when the transaction changed nothing.  Returns 0 or
- * errno; on failure the transaction is still open (abort it). */
-int pg_commit_write(pager *p, int sync_growth, int *wrote);
+ * will_sync: a sync of the log follows, and the log's growth is synced
+ * here; 0: a small commit may be copied into the log's mapping (wal_write's
+ * via_map) instead of written.  *wrote is
+ * set to 0 when the transaction changed nothing.  Returns 0 or errno; on
+ * failure the transaction is still open (abort it). */
+int pg_commit_write(pager *p, int will_sync, int *wrote);
 
 /* Makes the written transaction the committed state (operation mutex held). */
 void pg_publish(pager *p);

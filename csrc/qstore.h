@@ -212,7 +212,15 @@ typedef struct qs_options {
                                before the umask, as open(2)'s mode
                                (dbm's "mode"); qs_options_init: 0644.
                                Files that exist keep theirs. */
-    int sync;               /* nonzero: commit returns only once durable */
+    int sync;               /* nonzero: commit returns only once durable.
+                               0: a commit returns once the kernel has it
+                               (it survives the process, not the machine);
+                               a commit of a quarter page of log or less
+                               is copied into a shared mapping of the log
+                               instead of written: the same kernel pages
+                               without a system call (the device's errors
+                               on them, as on a write's, show only at a
+                               sync) */
     double lock_timeout;    /* seconds to wait for the write lock held by
                                another process or by another thread's
                                transaction; 0 fails at once with QS_LOCKED */

@@ -463,6 +463,144 @@ static void checkpoint_after_another_process_wrote(void)
     tc_tmp_remove(&t);
 }
 
+/* ------------------------------------------------------------------ */
+/* small sync-off commits through the log's mapping                    */
+
+/* Bytes of this process's mappings of a file whose path ends in suffix
+ * (0: none), from /proc/self/maps. */
+static uint64_t mapped_bytes(const char *suffix)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    uint64_t total = 0;
+    size_t k = strlen(suffix);
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\n");
+        line[n] = 0;
+        unsigned long long a, z;
+        if (n >= k && strcmp(line + n - k, suffix) == 0 &&
+            sscanf(line, "%llx-%llx", &a, &z) == 2)
+            total += z - a;
+    }
+    fclose(f);
+    return total;
+}
+
+#define MAPPED_CHILD_KEYS 50
+
+/* Reads the parent's small commits, then commits its own with a 64 KiB
+ * checkpoint size: its checkpoint shrinks the log under the parent's
+ * mapping.  Exit 0, or which check failed. */
+static int shrink_under_mapping(void *arg, int report, int release)
+{
+    (void)report;
+    (void)release;
+    int rc;
+    qs_casket *c = tc_open(arg, QS_OPEN_WRITE, 0, 0, 64u << 10, &rc);
+    if (rc)
+        return 1;
+    char k[32], v[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "m%04d", i);
+        snprintf(v, sizeof v, "first %d", i);
+        if (!get_is(c, k, v))
+            return 2;
+    }
+    for (int i = 0; i < MAPPED_CHILD_KEYS; i++) {
+        snprintf(k, sizeof k, "c%04d", i);
+        if (put_str(c, k, "child's") != 0)
+            return 3;
+    }
+    qs_stat st = stat_of(c);
+    if (st.checkpoints == 0 || st.log_file_bytes > (2u << 20))
+        return 4;
+    return qs_close(c) == 0 ? 0 : 5;
+}
+
+/* With sync off a small commit is copied into a shared mapping of the log.
+ * Another process reads those commits, and its checkpoint shrinks the log
+ * to a fraction of what the mapping covers; the first process's commits
+ * then go on past the shrunk end (a store into a stale mapping there
+ * would be SIGBUS), and every commit of both is there after a reopen. */
+static void small_commits_through_a_mapping_that_the_log_shrinks_under(void)
+{
+    tc_tmp t;
+    REQUIRE(tc_tmp_make(&t) == 0);
+    int rc;
+    qs_casket *c = tc_open(t.path, QS_OPEN_NEW, 0, 0, 64u << 20, &rc);
+    REQUIRE_RC(rc, 0);
+    /* A log of some 6 MiB, the tree left small: pages the main file has,
+     * rewritten (new pages would go to the main file), then emptied. */
+    static unsigned char val[300];
+    char k[32], v[32];
+    for (int round = 0; round < 3; round++) {
+        CHECK_RC(qs_begin(c), 0);
+        val[0] = (unsigned char)round;
+        for (int i = 0; i < 20000; i++) {
+            snprintf(k, sizeof k, "b%05d", i);
+            if (round < 2)
+                CHECK_RC(qs_put(c, k, strlen(k), val, sizeof val), 0);
+            else
+                CHECK_RC(qs_out(c, k, strlen(k)), 0);
+        }
+        CHECK_RC(qs_commit(c), 0);
+        if (round == 0)
+            CHECK_RC(qs_sync(c), 0);
+    }
+    CHECK(mapped_bytes("-log") == 0);       /* big commits are written */
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "m%04d", i);
+        snprintf(v, sizeof v, "first %d", i);
+        CHECK_RC(put_str(c, k, v), 0);
+    }
+    uint64_t grown = stat_of(c).log_file_bytes, mapped = mapped_bytes("-log");
+    CHECK(grown > (6u << 20));
+    CHECK(mapped > (6u << 20) && mapped <= grown);
+
+    tc_child ch;
+    REQUIRE(tc_child_start(&ch, shrink_under_mapping, t.path) == 0);
+    int child = tc_child_end(&ch);
+    CHECK(child == 0);
+    if (child)
+        printf("  the child failed check %d\n", child);
+    struct stat fs;
+    char lp[600];
+    snprintf(lp, sizeof lp, "%s-log", t.path);
+    REQUIRE(stat(lp, &fs) == 0);
+    CHECK((uint64_t)fs.st_size < grown / 2);
+
+    /* 1.5 MB of small commits: past the shrunk end of the log */
+    int n = 8000;
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "m%04d", i % 200);
+        snprintf(v, sizeof v, "second %d", i);
+        CHECK_RC(put_str(c, k, v), 0);
+    }
+    CHECK(stat_of(c).log_bytes > (uint64_t)fs.st_size);
+    mapped = mapped_bytes("-log");
+    CHECK(mapped > 0 && mapped <= stat_of(c).log_file_bytes);
+    CHECK_RC(qs_close(c), 0);
+    CHECK(mapped_bytes("-log") == 0);
+
+    c = open_mode(t.path, QS_OPEN_READ, &rc);
+    REQUIRE_RC(rc, 0);
+    int wrong = 0;
+    for (int i = n - 200; i < n; i++) {
+        snprintf(k, sizeof k, "m%04d", i % 200);
+        snprintf(v, sizeof v, "second %d", i);
+        wrong += !get_is(c, k, v);
+    }
+    for (int i = 0; i < MAPPED_CHILD_KEYS; i++) {
+        snprintf(k, sizeof k, "c%04d", i);
+        wrong += !get_is(c, k, "child's");
+    }
+    CHECK(wrong == 0);
+    CHECK_RC(qs_close(c), 0);
+    tc_tmp_remove(&t);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -471,5 +609,6 @@ int main(void)
     RUN(checkpointer_killed_after_log_header);
     RUN(checkpoint_finished_after_readers_left);
     RUN(checkpoint_after_another_process_wrote);
+    RUN(small_commits_through_a_mapping_that_the_log_shrinks_under);
     return tc_summary();
 }

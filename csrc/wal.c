@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -483,8 +484,86 @@ static void write_behind(wal *w, uint64_t end)
     w->behind = to;
 }
 
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs)
+/* The frame header for a stamped page; *hs, *he: its hole. */
+static void frame_header(const uint8_t *page, uint8_t hdr[FRAME_HDR], uint32_t *hs,
+                         uint32_t *he)
 {
+    page_hole(page, hs, he);
+    wr32(hdr, FRAME_MAGIC);
+    wr16(hdr + 4, (uint16_t)*hs);
+    wr16(hdr + 6, (uint16_t)*he);
+}
+
+void wal_unmap(wal *w)
+{
+    if (w->map)
+        munmap(w->map, (size_t)w->map_len);
+    w->map = NULL;
+    w->map_len = 0;
+}
+
+/* Is [0, end) of the file mapped?  Maps [0, alloc) when it is not and end
+ * lies within alloc.  The mapping never reaches past alloc, which the
+ * file is known to hold (zero-filled, its blocks allocated): a store
+ * there cannot fault for want of space.  Where alloc shrank (another
+ * process shrank the log at its checkpoint, and pg_log_size saw it) the
+ * old mapping is dropped first. */
+static int map_covers(wal *w, uint64_t end)
+{
+    if (w->map && w->map_len <= w->alloc && end <= w->map_len)
+        return 1;
+    wal_unmap(w);
+    if (end > w->alloc || w->map_failed == w->alloc || w->alloc > SIZE_MAX)
+        return 0;
+    void *m = mmap(NULL, (size_t)w->alloc, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
+    if (m == MAP_FAILED) {
+        w->map_failed = w->alloc;
+        return 0;
+    }
+    w->map = m;
+    w->map_len = w->alloc;
+    return 1;
+}
+
+/* Small commits with sync off cost a pwritev each, most of their time in
+ * the kernel (1.6 us for a 150-byte frame, against 0.06 us to copy it into
+ * a mapping that is already there); the copy goes to the same page cache.
+ * A store into a page of the mapping that is new, or that writeback has
+ * since cleaned and write-protected, faults, and costs about what the
+ * pwritev did: so only writes of at most a quarter page go through the
+ * mapping, a fault then amortized over several commits.  Seed 001's puts,
+ * 4-7 KB frames each commit, ran 20% slower mapped; 1:1 queue churn,
+ * 128- and 188-byte frames, 40-70% faster. */
+#define MAP_MOST (PG_SIZE / 4)
+static void map_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs)
+{
+    uint8_t *to = w->map + off;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t hs, he;
+        uint8_t hdr[FRAME_HDR];
+        frame_header(pages[i], hdr, &hs, &he);
+        if (offs)
+            offs[i] = (uint64_t)(to - w->map);
+        memcpy(to, hdr, FRAME_HDR);
+        memcpy(to + FRAME_HDR, pages[i], hs);
+        memcpy(to + FRAME_HDR + hs, pages[i] + he, PG_SIZE - he);
+        to += FRAME_HDR + PG_SIZE - (he - hs);
+    }
+}
+
+int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs,
+              int via_map)
+{
+    if (via_map) {
+        uint64_t end = off;
+        for (size_t i = 0; i < n && end - off <= MAP_MOST; i++)
+            end += wal_frame_len(pages[i]);
+        if (end - off <= MAP_MOST && map_covers(w, end)) {
+            map_write(w, pages, n, off, offs);
+            write_behind(w, end);
+            return 0;
+        }
+    }
     enum { BATCH = 128 };       /* frames per pwritev: 3 iovecs each */
     struct iovec iov[3 * BATCH];
     uint8_t hdr[BATCH][FRAME_HDR];
@@ -494,10 +573,7 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
         uint64_t at = off;
         for (size_t i = 0; i < k; i++) {
             uint32_t hs, he;
-            page_hole(pages[i], &hs, &he);
-            wr32(hdr[i], FRAME_MAGIC);
-            wr16(hdr[i] + 4, (uint16_t)hs);
-            wr16(hdr[i] + 6, (uint16_t)he);
+            frame_header(pages[i], hdr[i], &hs, &he);
             iov[cnt++] = (struct iovec){hdr[i], FRAME_HDR};
             if (hs)
                 iov[cnt++] = (struct iovec){pages[i], hs};
@@ -569,6 +645,8 @@ int wal_shrink(wal *w, uint64_t keep)
 {
     if (w->alloc <= keep)
         return 0;
+    if (w->map_len > keep)
+        wal_unmap(w);
     if (ftruncate(w->fd, (off_t)keep) != 0)
         return errno;
     w->alloc = keep;

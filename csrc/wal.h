@@ -20,6 +20,11 @@ typedef struct wal {
                                finished fdatasync of this generation covered */
     uint64_t behind;        /* the device was told to start writing the log
                                below this offset (os_write_behind) */
+    uint8_t *map;           /* MAP_SHARED view of [0, map_len) of the file,
+                               for wal_write's via_map (NULL: none) */
+    uint64_t map_len;
+    uint64_t map_failed;    /* alloc when mmap last failed: not retried
+                               until the file has grown */
 } wal;
 
 /* Result of the recovery scan. */
@@ -105,9 +110,19 @@ uint32_t wal_frame_len(const uint8_t *page);
  * offs[i] (offs may be NULL) gets frame i's offset.  The frames end at off
  * plus the sum of their wal_frame_len.  Then, each time another 1 MiB of
  * whole pages lies below that end, starts the device writing them (see
- * os_write_behind): durability is still only what a sync gives.  Returns 0
- * or errno. */
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs);
+ * os_write_behind): durability is still only what a sync gives.
+ * via_map: the frames may be copied into a shared mapping of the file
+ * (made or remade here) instead of written with pwritev, when they are a
+ * quarter page or less and end within alloc -- the same page cache pages, so a process that dies after
+ * the copy loses nothing the write would have kept, and a sync covers them;
+ * but a store cannot fail, and the pwritev could (EIO, EFBIG), so only for
+ * commits no sync follows.  Returns 0 or errno (via_map: only from the
+ * pwritev it falls back to). */
+int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs,
+              int via_map);
+
+/* Drops wal_write's mapping, if any; before the file shrinks or closes. */
+void wal_unmap(wal *w);
 
 /* Writes n whole pages to fd at off, contiguously (pwritev in batches).
  * Returns 0 or errno. */
