@@ -368,6 +368,28 @@ static inline size_t tc_fd_path(int fd, char *path, size_t cap)
     return n > 0 ? (size_t)n : 0;
 }
 
+/* Bytes of this process's mappings of files whose path ends in suffix
+ * (0: none, or /proc/self/maps unreadable). */
+static inline uint64_t tc_mapped_bytes(const char *suffix)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    uint64_t total = 0;
+    size_t k = strlen(suffix);
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\n");
+        line[n] = 0;
+        unsigned long long a, z;
+        if (n >= k && strcmp(line + n - k, suffix) == 0 &&
+            sscanf(line, "%llx-%llx", &a, &z) == 2)
+            total += z - a;
+    }
+    fclose(f);
+    return total;
+}
+
 static inline long long tc_file_size(const char *p)
 {
     struct stat sb;

@@ -466,28 +466,6 @@ static void checkpoint_after_another_process_wrote(void)
 /* ------------------------------------------------------------------ */
 /* small sync-off commits through the log's mapping                    */
 
-/* Bytes of this process's mappings of a file whose path ends in suffix
- * (0: none), from /proc/self/maps. */
-static uint64_t mapped_bytes(const char *suffix)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return 0;
-    char line[1024];
-    uint64_t total = 0;
-    size_t k = strlen(suffix);
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, "\n");
-        line[n] = 0;
-        unsigned long long a, z;
-        if (n >= k && strcmp(line + n - k, suffix) == 0 &&
-            sscanf(line, "%llx-%llx", &a, &z) == 2)
-            total += z - a;
-    }
-    fclose(f);
-    return total;
-}
-
 #define MAPPED_CHILD_KEYS 50
 
 /* Reads the parent's small commits, then commits its own with a 64 KiB
@@ -549,13 +527,13 @@ static void small_commits_through_a_mapping_that_the_log_shrinks_under(void)
         if (round == 0)
             CHECK_RC(qs_sync(c), 0);
     }
-    CHECK(mapped_bytes("-log") == 0);       /* big commits are written */
+    CHECK(tc_mapped_bytes("-log") == 0);       /* big commits are written */
     for (int i = 0; i < 200; i++) {
         snprintf(k, sizeof k, "m%04d", i);
         snprintf(v, sizeof v, "first %d", i);
         CHECK_RC(put_str(c, k, v), 0);
     }
-    uint64_t grown = stat_of(c).log_file_bytes, mapped = mapped_bytes("-log");
+    uint64_t grown = stat_of(c).log_file_bytes, mapped = tc_mapped_bytes("-log");
     CHECK(grown > (6u << 20));
     CHECK(mapped > (6u << 20) && mapped <= grown);
 
@@ -565,11 +543,9 @@ static void small_commits_through_a_mapping_that_the_log_shrinks_under(void)
     CHECK(child == 0);
     if (child)
         printf("  the child failed check %d\n", child);
-    struct stat fs;
-    char lp[600];
-    snprintf(lp, sizeof lp, "%s-log", t.path);
-    REQUIRE(stat(lp, &fs) == 0);
-    CHECK((uint64_t)fs.st_size < grown / 2);
+    long long shrunk = tc_file_size(t.log);
+    REQUIRE(shrunk > 0);
+    CHECK((uint64_t)shrunk < grown / 2);
 
     /* 1.5 MB of small commits: past the shrunk end of the log */
     int n = 8000;
@@ -578,11 +554,11 @@ static void small_commits_through_a_mapping_that_the_log_shrinks_under(void)
         snprintf(v, sizeof v, "second %d", i);
         CHECK_RC(put_str(c, k, v), 0);
     }
-    CHECK(stat_of(c).log_bytes > (uint64_t)fs.st_size);
-    mapped = mapped_bytes("-log");
+    CHECK(stat_of(c).log_bytes > (uint64_t)shrunk);
+    mapped = tc_mapped_bytes("-log");
     CHECK(mapped > 0 && mapped <= stat_of(c).log_file_bytes);
     CHECK_RC(qs_close(c), 0);
-    CHECK(mapped_bytes("-log") == 0);
+    CHECK(tc_mapped_bytes("-log") == 0);
 
     c = open_mode(t.path, QS_OPEN_READ, &rc);
     REQUIRE_RC(rc, 0);

@@ -24,7 +24,7 @@ typedef struct wal {
                                for wal_write's via_map (NULL: none) */
     uint64_t map_len;
     uint64_t map_failed;    /* alloc when mmap last failed: not retried
-                               until the file has grown */
+                               until alloc changes */
 } wal;
 
 /* Result of the recovery scan. */
@@ -113,10 +113,10 @@ uint32_t wal_frame_len(const uint8_t *page);
  * os_write_behind): durability is still only what a sync gives.
  * via_map: the frames may be copied into a shared mapping of the file
  * (made or remade here) instead of written with pwritev, when they are a
- * quarter page or less and end within alloc -- the same page cache pages, so a process that dies after
- * the copy loses nothing the write would have kept, and a sync covers them;
- * but a store cannot fail, and the pwritev could (EIO, EFBIG), so only for
- * commits no sync follows.  Returns 0 or errno (via_map: only from the
+ * quarter page or less and end within alloc -- the same page cache pages,
+ * so a process that dies after the copy loses nothing the write would have
+ * kept, and a sync covers them; but a store cannot fail, and the pwritev
+ * could (EIO, EFBIG), so only for commits no sync follows.  Returns 0 or errno (via_map: only from the
  * pwritev it falls back to). */
 int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs,
               int via_map);
