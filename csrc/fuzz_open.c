@@ -76,6 +76,7 @@ enum {
 
 #define HDR_BYTES 5u
 #define FRAME_MAGIC 0x52465351u         /* "QSFR", as wal.c */
+#define DELTA_MAGIC 0x44465351u         /* "QSFD", a delta frame, as wal.c */
 #define FRAME_HDR 8u
 #define MAX_WALK 20000u                 /* cursor steps per walk */
 #define MAX_KEYS 8u                     /* keys remembered for point reads */
@@ -153,7 +154,17 @@ static void fix_log(uint8_t *log, size_t n, int fix_salt)
     wal_page_seal(log);
     uint64_t salt = rd64(log + HDR_SALT);
     size_t off = PG_SIZE;
-    while (n - off >= FRAME_HDR && rd32(log + off) == FRAME_MAGIC) {
+    while (n - off >= FRAME_HDR &&
+           (rd32(log + off) == FRAME_MAGIC || rd32(log + off) == DELTA_MAGIC)) {
+        if (rd32(log + off) == DELTA_MAGIC) {
+            /* Left as it is: its checksum is wal.c's own.  Skipped by its
+             * length, so that the frames after it are resealed. */
+            size_t len = rd16(log + off + 4);
+            if (len < FRAME_HDR || n - off < len)
+                break;
+            off += len;
+            continue;
+        }
         uint32_t hs = rd16(log + off + 4), he = rd16(log + off + 6);
         if (hs > he || he > PG_USABLE)
             break;

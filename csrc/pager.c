@@ -37,6 +37,7 @@ static pg_buf *buf_new(pager *p)
     } else if (!(b = malloc(sizeof *b)))
         return NULL;
     b->off = 0;
+    b->depth = WAL_DELTA_DEPTH;
     b->next = NULL;
     atomic_store_explicit(&b->holders, 0, memory_order_relaxed);
     set_ref(b, 1);
@@ -72,6 +73,10 @@ static inline uint64_t as_val(pg_buf *b) { return (uint64_t)(uintptr_t)b; }
  * A spill or dirty buffer offset with DIRECT set means "in the main file". */
 #define DIRECT (1ull << 63)
 #define DIRECT_MIN 32           /* fresh pages that make a commit go direct */
+/* The most frames of a commit that may be delta frames: small commits
+ * rewrite a few pages, each a little; a big transaction's pages are mostly
+ * new or much changed, and would only pay for the diff. */
+#define PG_DELTA_PAGES 16
 
 static inline int is_fresh(const pager *p, uint32_t pgno) { return pgno >= p->meta.npages; }
 
@@ -402,6 +407,8 @@ void pg_close(pager *p)
     free(p->cw_bufs);
     free(p->cw_fresh);
     free(p->cw_pages);
+    free(p->cw_delta);
+    free(p->cw_deltas);
     while (p->spare) {
         pg_buf *b = p->spare;
         p->spare = b->next;
@@ -746,7 +753,7 @@ static int spill(pager *p)
     if (rc == 0)
         rc = wal_reserve(&p->log, p->txn_end, 0);
     if (rc == 0 && fresh)
-        rc = wal_write(&p->log, pages, fresh, at, NULL, 0);
+        rc = wal_write(&p->log, pages, NULL, fresh, at, NULL, 0);
     if (rc) {
         /* None of these frames counts, so the transaction's next ones go
          * where they were to go: a gap in its frames would stop recovery
@@ -803,6 +810,25 @@ int pg_trim(pager *p, int is_writer)
     if (is_writer && p->in_txn && p->dirty.len > low)
         return spill(p);
     return 0;
+}
+
+/* The committed image of pgno a delta frame may be based on: the page's
+ * newest frame of this generation, cached, fewer than WAL_DELTA_DEPTH
+ * deltas below it, and not spilled by this transaction; NULL when there is
+ * none.  An image whose frame offset or generation does not match the
+ * log index's (one another process's commit rewrote in place, one of an
+ * older generation) is never a base. */
+static pg_buf *delta_base(pager *p, uint32_t pgno)
+{
+    uint64_t off, v;
+    if (!hm_get(&p->logidx, pgno, &off) || hm_get(&p->spill, pgno, &v) ||
+        !hm_get(&p->cache, pgno, &v))
+        return NULL;
+    pg_buf *c = as_buf(v);
+    if (c->off != off || c->depth >= WAL_DELTA_DEPTH || rd32(c->data + TR_PGNO) != pgno ||
+        rd64(c->data + TR_SALT) != p->log.salt)
+        return NULL;
+    return c;
 }
 
 int pg_commit_prepare(pager *p)
@@ -887,17 +913,40 @@ int pg_commit_write(pager *p, int will_sync, int *wrote)
     }
     uint32_t nframes = p->txn_frames + (uint32_t)fresh;
     p->wmeta.txn = p->txn;
+    /* Small commits log what changed in pages they logged before. */
+    wal_delta *deltas = NULL;
+    if (fresh <= PG_DELTA_PAGES) {
+        if (!p->cw_delta) {
+            p->cw_delta = malloc(PG_DELTA_PAGES * (size_t)PG_SIZE);
+            p->cw_deltas = malloc(PG_DELTA_PAGES * sizeof *p->cw_deltas);
+        }
+        if (p->cw_delta && p->cw_deltas)
+            deltas = p->cw_deltas;
+    }
     for (size_t i = 0; i < fresh; i++) {
         pg_buf *b = fresh_bufs[i];
         int last = i == fresh - 1;
         wal_stamp(&p->log, b->data, b->pgno, p->txn, last ? TR_FLAG_COMMIT : 0,
                   nframes, &p->wmeta);
+        uint32_t len = wal_frame_len(b->data);
+        b->depth = 0;
+        if (deltas) {
+            pg_buf *c = delta_base(p, b->pgno);
+            uint8_t *room = p->cw_delta + i * (size_t)PG_SIZE;
+            uint32_t dlen = c ? wal_delta_encode(c->data, b->data, c->off, c->depth + 1u, room,
+                                                 len / 2) : 0;
+            deltas[i] = (wal_delta){room, dlen};
+            if (dlen) {
+                len = dlen;
+                b->depth = (uint8_t)(c->depth + 1);
+            }
+        }
         b->off = end;
-        end += wal_frame_len(b->data);
+        end += len;
     }
     if ((rc = wal_reserve(&p->log, end, will_sync)) != 0)
         goto out;
-    if ((rc = wal_write(&p->log, pages, fresh, at, NULL, !will_sync)) != 0)
+    if ((rc = wal_write(&p->log, pages, deltas, fresh, at, NULL, !will_sync)) != 0)
         goto out;
     p->txn_end = end;
     *wrote = 1;
@@ -1153,6 +1202,7 @@ static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
             b = nb;
         }
         memcpy(b->data, page, PG_SIZE);
+        b->depth = WAL_DELTA_DEPTH;     /* its off is not this frame's */
         /* the tree checks its structure again */
         atomic_store_explicit(&b->checked, 0, memory_order_relaxed);
         return;

@@ -24,6 +24,10 @@ typedef struct pg_buf {
     uint64_t off;               /* log offset of its frame once written */
     struct pg_buf *next;        /* spare list */
     uint32_t pgno;
+    uint8_t depth;              /* delta frames in a row that end at its
+                                   frame (off); WAL_DELTA_DEPTH where that
+                                   is not known, so that the page's next
+                                   frame is whole */
     _Atomic uint32_t holders;   /* 0: this pager's own buffer.  Otherwise a
                                    committed image shared with the process's
                                    other handles of the casket (pshare.h):
@@ -102,6 +106,8 @@ typedef struct pager {
     pg_buf **cw_bufs, **cw_fresh;   /* pg_commit_write's lists, kept */
     uint8_t **cw_pages;
     size_t cw_cap;
+    uint8_t *cw_delta;          /* room for PG_DELTA_PAGES delta frames, kept */
+    struct wal_delta *cw_deltas;
     struct ps_frame *pub_frames;    /* pg_publish's list for the shared
                                        cache (ps_note_commit), kept */
     size_t pub_cap;

@@ -189,8 +189,13 @@ enum {
     /* 2: queue configs ('m'), delivery counts (item tag 2), dedup keys
      * ('k') -- issue 13.  A version-1 casket is read as is read-only and
      * converted by a read-write open (its page 0 and log header rewritten
-     * as version 2 before anything is written); above 2 is QS_VERSION. */
-    QS_FORMAT_VERSION = 2,
+     * as version 2 before anything is written).
+     * 3: delta log frames (wal.c).  Versions 1 and 2 are converted the same
+     * way (their logs hold whole frames only, which version 3 reads); a
+     * build for version 2 refuses a version-3 casket or log (QS_VERSION)
+     * rather than stopping its replay at the first delta frame.  Above 3 is
+     * QS_VERSION. */
+    QS_FORMAT_VERSION = 3,
     QS_FORMAT_VERSION_MIN = 1       /* the oldest version this build opens */
 };
 

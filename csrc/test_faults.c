@@ -118,8 +118,11 @@ static atomic_long f_commit_countdown;  /* f_countdown when one was seen */
 
 /* Commit frames among the frames a write to the log carries (wal.c: a
  * frame is an 8-byte header -- magic "QSFR", hole start, hole end -- then
- * the page without its hole, so its trailer ends the frame). */
+ * the page without its hole, so its trailer ends the frame; a delta frame,
+ * magic "QSFD", has its length after the magic and ends with the trailer
+ * too). */
 #define F_FRAME_MAGIC 0x52465351u
+#define F_DELTA_MAGIC 0x44465351u
 static int f_has_commit(const struct iovec *iov, int cnt, off_t off)
 {
     if (off < 4096)
@@ -142,9 +145,15 @@ static int f_has_commit(const struct iovec *iov, int cnt, off_t off)
         memcpy(&magic, b + q, 4);
         memcpy(&hs, b + q + 4, 2);
         memcpy(&he, b + q + 6, 2);
-        if (magic != F_FRAME_MAGIC || hs > he || he > 4000)
+        size_t flen;
+        if (magic == F_DELTA_MAGIC)
+            flen = hs;
+        else if (magic != F_FRAME_MAGIC || hs > he || he > 4000)
             break;
-        size_t flen = 8 + 4096 - (size_t)(he - hs);
+        else
+            flen = 8 + 4096 - (size_t)(he - hs);
+        if (flen < 8 + 4096 - 4000)
+            break;
         if (q + flen > len)
             break;
         if (b[q + flen - (4096 - F_TR_FLAGS)] & 1)

@@ -4,7 +4,14 @@
  * (trailer included).  A commit of one small change so writes a few hundred
  * bytes instead of a page, and later frames share the page cache page; like
  * SQLite's WAL this relies on a write never damaging bytes of a sector it
- * does not write ("powersafe overwrite"). */
+ * does not write ("powersafe overwrite").
+ *
+ * A page's later frames in one generation may be delta frames (format 3):
+ * the byte runs that differ from the page's previous frame, and the
+ * trailer.  The first frame of a page in a generation is always whole, so
+ * a page torn in the main file by a cut checkpoint is rebuilt from the log
+ * alone, as before (the torn-page hazard PostgreSQL's full-page writes
+ * answer); chains are at most WAL_DELTA_DEPTH deltas long. */
 #include "wal.h"
 #include "osdep.h"
 #include "checksum.h"
@@ -219,6 +226,162 @@ static int frame_decode(const uint8_t *buf, size_t avail, uint8_t *page, uint32_
     return 0;
 }
 
+/* ---- delta frames ----------------------------------------------------------
+ * A 40-byte header -- magic "QSFD", the frame's length, its depth in the
+ * chain (1: its base is a whole frame), the new image's hole, the base
+ * frame's offset, the base image's checksum, the frame's own checksum --
+ * then runs (offset, length, bytes: ascending, within [0, PG_USABLE), outside
+ * the hole), then the page's trailer, always whole (it changes with every
+ * frame, and the scan reads page number, transaction and flags from it). */
+#define DELTA_MAGIC 0x44465351u         /* "QSFD" */
+#define DELTA_HDR 40u
+#define TRAILER (PG_SIZE - PG_USABLE)
+#define RUN_HDR 4u
+/* Equal bytes a run absorbs rather than end: a new run costs RUN_HDR. */
+#define RUN_GAP RUN_HDR
+
+static uint64_t delta_sum(const uint8_t *f, uint32_t len)
+{
+    return ck_sum64(f + DELTA_HDR, len - DELTA_HDR, ck_sum64(f + 4, 28, CK_SEED ^ 0xd1a7));
+}
+
+/* The trailer field at page offset at (>= PG_USABLE) of a delta frame. */
+static inline const uint8_t *delta_field(const uint8_t *f, uint32_t len, uint32_t at)
+{
+    return f + len - TRAILER + (at - PG_USABLE);
+}
+
+/* The first i in [i, e) where a and b differ, or e: 32 bytes a step
+ * (the loop the diff spends its time in). */
+static size_t skip_equal(const uint8_t *a, const uint8_t *b, size_t i, size_t e)
+{
+    while (i + 32 <= e && ((rd64(a + i) ^ rd64(b + i)) | (rd64(a + i + 8) ^ rd64(b + i + 8)) |
+                           (rd64(a + i + 16) ^ rd64(b + i + 16)) |
+                           (rd64(a + i + 24) ^ rd64(b + i + 24))) == 0)
+        i += 32;
+    while (i + 8 <= e && rd64(a + i) == rd64(b + i))
+        i += 8;
+    while (i < e && a[i] == b[i])
+        i++;
+    return i;
+}
+
+static const uint8_t zero_page[PG_USABLE];
+
+/* Appends to out (at *at, at most room bytes in all) the runs in which
+ * the len bytes of page at offset s differ from ref's len bytes: 0, or -1
+ * when they do not fit. */
+static int add_runs(uint8_t *out, uint32_t *at, uint32_t room, const uint8_t *page,
+                    const uint8_t *ref, uint32_t s, size_t len)
+{
+    const uint8_t *p = page + s;
+    for (size_t i = skip_equal(p, ref, 0, len); i < len; i = skip_equal(p, ref, i, len)) {
+        /* A word at a time while words differ (a shifted cell pointer
+         * array, a new cell), bytewise over the equal ones. */
+        size_t from = i, last = i;
+        for (size_t j = i + 1; j < len && j - last <= RUN_GAP;) {
+            if (j + 8 <= len && rd64(p + j) != rd64(ref + j)) {
+                last = j + 7;
+                j += 8;
+                continue;
+            }
+            if (p[j] != ref[j])
+                last = j;
+            j++;
+        }
+        while (p[last] == ref[last])
+            last--;
+        size_t n = last + 1 - from;
+        if (*at + RUN_HDR + n > room)
+            return -1;
+        wr16(out + *at, (uint16_t)(s + from));
+        wr16(out + *at + 2, (uint16_t)n);
+        memcpy(out + *at + RUN_HDR, p + from, n);
+        *at += RUN_HDR + (uint32_t)n;
+        i = last + 1;
+    }
+    return 0;
+}
+
+uint32_t wal_delta_encode(const uint8_t *base, const uint8_t *page, uint64_t base_off,
+                          uint32_t depth, uint8_t *out, uint32_t most)
+{
+    if (depth == 0 || depth > WAL_DELTA_DEPTH || most > FRAME_MAX ||
+        most < DELTA_HDR + TRAILER)
+        return 0;
+    uint32_t bhs, bhe, hs, he;
+    page_hole(base, &bhs, &bhe);
+    page_hole(page, &hs, &he);
+    uint32_t at = DELTA_HDR, room = most - TRAILER;
+    /* The new image outside its hole, against the base as logged: its
+     * hole reads back as zeros. */
+    const uint32_t seg[2][2] = {{0, hs}, {he, PG_USABLE}};
+    for (int k = 0; k < 2; k++) {
+        uint32_t s = seg[k][0], e = seg[k][1];
+        uint32_t a = s > bhs ? s : bhs, z = e < bhe ? e : bhe;
+        if (a >= z) {
+            if (add_runs(out, &at, room, page, base + s, s, e - s) != 0)
+                return 0;
+            continue;
+        }
+        if (add_runs(out, &at, room, page, base + s, s, a - s) != 0 ||
+            add_runs(out, &at, room, page, zero_page, a, z - a) != 0 ||
+            add_runs(out, &at, room, page, base + z, z, e - z) != 0)
+            return 0;
+    }
+    memcpy(out + at, page + PG_USABLE, TRAILER);
+    at += TRAILER;
+    wr32(out, DELTA_MAGIC);
+    wr16(out + 4, (uint16_t)at);
+    wr16(out + 6, (uint16_t)depth);
+    wr16(out + 8, (uint16_t)hs);
+    wr16(out + 10, (uint16_t)he);
+    wr32(out + 12, 0);
+    wr64(out + 16, base_off);
+    wr64(out + 24, rd64(base + TR_CHECKSUM));
+    wr64(out + 32, delta_sum(out, at));
+    return at;
+}
+
+/* The delta frame at f (avail bytes of it): 0 and *len, or QS_CORRUPT when
+ * it is not a whole, well-formed one (check: or fails its checksum). */
+static int delta_peek(const uint8_t *f, size_t avail, uint32_t *len, int check)
+{
+    if (avail < DELTA_HDR || rd32(f) != DELTA_MAGIC)
+        return QS_CORRUPT;
+    uint32_t n = rd16(f + 4), depth = rd16(f + 6);
+    if (n < DELTA_HDR + TRAILER || n > avail || n > FRAME_MAX || depth == 0 ||
+        depth > WAL_DELTA_DEPTH || rd64(f + 16) < PG_SIZE)
+        return QS_CORRUPT;
+    if (check && rd64(f + 32) != delta_sum(f, n))
+        return QS_CORRUPT;
+    *len = n;
+    return 0;
+}
+
+/* Applies the delta frame f (len bytes, peeked) to page, the image of its
+ * base: 0, or QS_CORRUPT for a run out of bounds (page then undefined). */
+static int delta_apply(const uint8_t *f, uint32_t len, uint8_t *page)
+{
+    uint32_t hs = rd16(f + 8), he = rd16(f + 10);
+    if (hs > he || he > PG_USABLE)
+        return QS_CORRUPT;
+    uint32_t at = DELTA_HDR, end = len - TRAILER, floor = 0;
+    while (at < end) {
+        if (end - at < RUN_HDR)
+            return QS_CORRUPT;
+        uint32_t o = rd16(f + at), n = rd16(f + at + 2);
+        if (n == 0 || o < floor || o + n > PG_USABLE || n > end - at - RUN_HDR)
+            return QS_CORRUPT;
+        memcpy(page + o, f + at + RUN_HDR, n);
+        floor = o + n;
+        at += RUN_HDR + n;
+    }
+    memcpy(page + PG_USABLE, f + end, TRAILER);
+    memset(page + hs, 0, he - hs);
+    return 0;
+}
+
 int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
 {
     struct stat st;
@@ -245,7 +408,7 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
                       uint64_t *claim_synced)
 {
     uint8_t magic[4];
-    wr32(magic, FRAME_MAGIC);
+    wr32(magic, FRAME_MAGIC);   /* its first three bytes are DELTA_MAGIC's too */
     *claim_off = 0;
     for (uint64_t bstart = from; bstart + FRAME_HDR <= size;) {
         size_t blen = size - bstart < SCAN_BUF ? (size_t)(size - bstart) : SCAN_BUF;
@@ -256,11 +419,29 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
          * completes frames, and the next read starts at first_next. */
         size_t first_next = bstart + blen >= size ? blen : blen - FRAME_MAX;
         for (size_t at = 0; at < first_next;) {
-            const uint8_t *m = memmem(buf + at, blen - at, magic, sizeof magic);
+            const uint8_t *m = memmem(buf + at, blen - at, magic, 3);
             if (!m || (size_t)(m - buf) >= first_next)
                 break;
             at = (size_t)(m - buf);
             size_t avail = blen - at;
+            uint32_t dlen;
+            if (delta_peek(m, avail, &dlen, 0) == 0) {
+                if ((any_salt || rd64(delta_field(m, dlen, TR_SALT)) == w->salt) &&
+                    (rd32(delta_field(m, dlen, TR_FLAGS)) & TR_FLAG_COMMIT) &&
+                    rd64(delta_field(m, dlen, TR_TXN)) > last_txn &&
+                    rd64(delta_field(m, dlen, TR_SYNCED)) > bad &&
+                    rd32(delta_field(m, dlen, TR_PGNO)) != 0 && delta_peek(m, avail, &dlen, 1) == 0) {
+                    *claim_off = bstart + at;
+                    *claim_synced = rd64(delta_field(m, dlen, TR_SYNCED));
+                    return 0;
+                }
+                at++;
+                continue;
+            }
+            if (avail < 4 || rd32(m) != FRAME_MAGIC) {
+                at++;
+                continue;
+            }
             uint32_t hs = avail >= FRAME_HDR ? rd16(m + 4) : 1;
             uint32_t he = avail >= FRAME_HDR ? rd16(m + 6) : 0;
             if (hs <= he && he <= PG_USABLE && avail >= FRAME_HDR + PG_SIZE - (he - hs)) {
@@ -313,21 +494,33 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
                 break;
         }
         uint32_t len;
+        const uint8_t *f = buf + (off - bstart);
+        size_t avail = (size_t)(bstart + blen - off);
+        int delta = rd32(f) == DELTA_MAGIC;
         stopped = 1;
-        if (frame_decode(buf + (off - bstart), (size_t)(bstart + blen - off), page, &len) != 0)
+        if (delta) {
+            /* Only the trailer is read here: the image needs the base. */
+            if (delta_peek(f, avail, &len, !trusted) != 0)
+                break;
+            memcpy(page + PG_USABLE, f + len - TRAILER, TRAILER);
+        } else if (frame_decode(f, avail, page, &len) != 0)
             break;
         uint32_t pgno = rd32(page + TR_PGNO);
         uint64_t txn = rd64(page + TR_TXN);
-        if ((!trusted && wal_page_verify(page, pgno) != 0) || pgno == 0 ||
+        uint64_t base;
+        if ((!trusted && !delta && wal_page_verify(page, pgno) != 0) || pgno == 0 ||
             rd64(page + TR_SALT) != w->salt ||
             txn <= last_txn || (pend.n > 0 && txn != cur_txn))
+            break;
+        /* A delta's base is the page's newest committed frame before it. */
+        if (delta && !(hm_get(idx, pgno, &base) && base == rd64(f + 16) && base < off))
             break;
         stopped = 0;
         cur_txn = txn;
         if ((rc = pending_add(&pend, pgno, off)) != 0)
             break;
         if (trusted && on_page)
-            on_page(ctx, pgno, page);
+            on_page(ctx, pgno, delta ? NULL : page);
         if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
             if (rd32(page + TR_NFRAMES) != pend.n) {
                 stopped = 1;
@@ -535,15 +728,21 @@ static int map_covers(wal *w, uint64_t end)
  * 4-7 KB frames each commit, ran 20% slower mapped; 1:1 queue churn,
  * 128- and 188-byte frames, 40-70% faster. */
 #define MAP_MOST (PG_SIZE / 4)
-static void map_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs)
+static void map_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, size_t n,
+                      uint64_t off, uint64_t *offs)
 {
     uint8_t *to = w->map + off;
     for (size_t i = 0; i < n; i++) {
+        if (offs)
+            offs[i] = (uint64_t)(to - w->map);
+        if (deltas && deltas[i].len) {
+            memcpy(to, deltas[i].bytes, deltas[i].len);
+            to += deltas[i].len;
+            continue;
+        }
         uint32_t hs, he;
         uint8_t hdr[FRAME_HDR];
         frame_header(pages[i], hdr, &hs, &he);
-        if (offs)
-            offs[i] = (uint64_t)(to - w->map);
         memcpy(to, hdr, FRAME_HDR);
         memcpy(to + FRAME_HDR, pages[i], hs);
         memcpy(to + FRAME_HDR + hs, pages[i] + he, PG_SIZE - he);
@@ -551,15 +750,15 @@ static void map_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uin
     }
 }
 
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs,
-              int via_map)
+int wal_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, size_t n, uint64_t off,
+              uint64_t *offs, int via_map)
 {
     if (via_map) {
         uint64_t end = off;
         for (size_t i = 0; i < n && end - off <= MAP_MOST; i++)
-            end += wal_frame_len(pages[i]);
+            end += deltas && deltas[i].len ? deltas[i].len : wal_frame_len(pages[i]);
         if (end - off <= MAP_MOST && map_covers(w, end)) {
-            map_write(w, pages, n, off, offs);
+            map_write(w, pages, deltas, n, off, offs);
             write_behind(w, end);
             return 0;
         }
@@ -572,20 +771,27 @@ int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *o
         int cnt = 0;
         uint64_t at = off;
         for (size_t i = 0; i < k; i++) {
+            if (offs)
+                offs[i] = at;
+            if (deltas && deltas[i].len) {
+                iov[cnt++] = (struct iovec){(void *)deltas[i].bytes, deltas[i].len};
+                at += deltas[i].len;
+                continue;
+            }
             uint32_t hs, he;
             frame_header(pages[i], hdr[i], &hs, &he);
             iov[cnt++] = (struct iovec){hdr[i], FRAME_HDR};
             if (hs)
                 iov[cnt++] = (struct iovec){pages[i], hs};
             iov[cnt++] = (struct iovec){pages[i] + he, PG_SIZE - he};
-            if (offs)
-                offs[i] = at;
             at += FRAME_HDR + PG_SIZE - (he - hs);
         }
         int rc = pwritev_full(w->fd, iov, cnt, off);
         if (rc)
             return rc;
         pages += k;
+        if (deltas)
+            deltas += k;
         if (offs)
             offs += k;
         n -= k;
@@ -613,7 +819,8 @@ int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off)
     return 0;
 }
 
-int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait)
+/* wal_read_frame, with at most left more delta frames below this one. */
+static int read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait, int left)
 {
     uint8_t buf[FRAME_MAX];
     size_t got = 0;
@@ -629,8 +836,25 @@ int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowai
         got += (size_t)r;
     }
     uint32_t len;
+    if (got >= 4 && rd32(buf) == DELTA_MAGIC) {
+        /* Bases lie at lower offsets, and the depth is bounded: a damaged
+         * chain ends. */
+        if (left == 0 || delta_peek(buf, got, &len, 1) != 0 || rd64(buf + 16) >= off)
+            return QS_CORRUPT;
+        int rc = read_frame(w, rd64(buf + 16), pgno, page, nowait, left - 1);
+        if (rc)
+            return rc;
+        if (rd64(page + TR_CHECKSUM) != rd64(buf + 24) || delta_apply(buf, len, page) != 0)
+            return QS_CORRUPT;
+        return wal_page_verify(page, pgno);
+    }
     int rc = frame_decode(buf, got, page, &len);
     return rc ? rc : wal_page_verify(page, pgno);
+}
+
+int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait)
+{
+    return read_frame(w, off, pgno, page, nowait, WAL_DELTA_DEPTH);
 }
 
 int wal_sync(wal *w)

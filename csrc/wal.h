@@ -1,7 +1,9 @@
 /* wal.h -- the log file NAME-log (wal_ prefix): its header, frame writes,
  * the recovery scan, growth and reset.  A frame is a page image without its
- * hole (see wal.c); the page's trailer (pagefmt.h) says which page,
- * transaction and generation it belongs to. */
+ * hole, or a delta frame: the runs of bytes in which the image differs from
+ * the page's previous frame of the generation (see wal.c).  Either way the
+ * page's trailer (pagefmt.h) says which page, transaction and generation it
+ * belongs to. */
 #ifndef QS_WAL_H
 #define QS_WAL_H
 #include <stdint.h>
@@ -71,8 +73,10 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec);
  * (QS_CORRUPT for a damaged synced frame).  trusted: another handle
  * published [from, size) as committed, so frame checksums are not checked
  * here -- on_page then hears
- * of every frame as it is read, with its image, and must verify an image
- * it keeps (pages read later from the index are verified then).  Used to
+ * of every frame as it is read, with its image (NULL for a delta frame,
+ * whose image needs its base), and must verify an image it keeps (pages
+ * read later from the index are verified then).  A delta frame counts
+ * only when its base is the page's newest committed frame in idx.  Used to
  * catch up with commits another process made.  Returns 0, QS_CORRUPT,
  * QS_NOMEM or errno; frames after the last complete commit are ignored. */
 int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
@@ -106,9 +110,30 @@ int wal_reserve(wal *w, uint64_t end, int sync_growth);
 /* Bytes of the frame for a stamped page image. */
 uint32_t wal_frame_len(const uint8_t *page);
 
-/* Writes n frames (pages[i], stamped) one after another from offset off;
- * offs[i] (offs may be NULL) gets frame i's offset.  The frames end at off
- * plus the sum of their wal_frame_len.  Then, each time another 1 MiB of
+/* The longest chain of delta frames: a page's frame after this many
+ * deltas in a row is whole again.  Bounds the reads wal_read_frame makes
+ * (and the stack it takes: a frame buffer per level). */
+#define WAL_DELTA_DEPTH 8
+
+/* A delta frame for a wal_write: len 0 for none (the page goes whole). */
+typedef struct wal_delta {
+    const uint8_t *bytes;
+    uint32_t len;
+} wal_delta;
+
+/* Encodes into out the delta frame that turns base -- the image of the
+ * page's frame at base_off, in memory (its hole may hold anything) -- into
+ * page (stamped: the trailer is final), as the depth-th delta of a chain
+ * (1..WAL_DELTA_DEPTH).  Returns its length, or 0 when it would be longer
+ * than most bytes (out then holds rubbish; most <= a whole frame's
+ * length).  out needs room for most bytes.  Never fails otherwise. */
+uint32_t wal_delta_encode(const uint8_t *base, const uint8_t *page, uint64_t base_off,
+                          uint32_t depth, uint8_t *out, uint32_t most);
+
+/* Writes n frames one after another from offset off: deltas[i] where
+ * deltas is not NULL and deltas[i].len is not 0, else pages[i] (stamped)
+ * whole; offs[i] (offs may be NULL) gets frame i's offset.  The frames end
+ * at off plus the sum of their lengths (wal_frame_len for a whole one).  Then, each time another 1 MiB of
  * whole pages lies below that end, starts the device writing them (see
  * os_write_behind): durability is still only what a sync gives.
  * via_map: the frames may be copied into a shared mapping of the file
@@ -118,8 +143,8 @@ uint32_t wal_frame_len(const uint8_t *page);
  * kept, and a sync covers them; but a store cannot fail, and the pwritev
  * could (EIO, EFBIG), so only for commits no sync follows.  Returns 0 or errno (via_map: only from the
  * pwritev it falls back to). */
-int wal_write(wal *w, uint8_t *const *pages, size_t n, uint64_t off, uint64_t *offs,
-              int via_map);
+int wal_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, size_t n, uint64_t off,
+              uint64_t *offs, int via_map);
 
 /* Drops wal_write's mapping, if any; before the file shrinks or closes. */
 void wal_unmap(wal *w);
@@ -128,8 +153,9 @@ void wal_unmap(wal *w);
  * Returns 0 or errno. */
 int wal_pages_write(int fd, uint8_t *const *pages, size_t n, uint64_t off);
 
-/* Reads the frame at off into page (a whole page image) and checks its
- * checksum and pgno; with nowait only from the kernel's page cache.
+/* Reads the frame at off into page (a whole page image; a delta frame's
+ * base frames are read first, up to WAL_DELTA_DEPTH of them) and checks
+ * its checksum and pgno; with nowait only from the kernel's page cache.
  * Returns 0, QS_CORRUPT, QS_WOULDBLOCK (nowait: the frame is not all in
  * the page cache; page may hold part of it), or errno. */
 int wal_read_frame(wal *w, uint64_t off, uint32_t pgno, uint8_t *page, int nowait);

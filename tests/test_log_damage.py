@@ -28,6 +28,7 @@ from _procs import kill_after
 PG_SIZE = 4096
 FRAME_HDR = 8
 FRAME_MAGIC = 0x52465351
+DELTA_MAGIC = 0x44465351  # a delta frame: its length at +4, its trailer ends it
 TR_PGNO, TR_FLAGS, TR_SALT, TR_TXN, TR_SYNCED = 4000, 4004, 4008, 4016, 4072
 PG_USABLE = 4000
 
@@ -55,12 +56,19 @@ def log_frames(data: bytes) -> list[Frame]:
     frames, off = [], PG_SIZE
     while off + FRAME_HDR <= len(data):
         magic, hs, he = struct.unpack_from("<IHH", data, off)
-        if magic != FRAME_MAGIC or hs > he or he > PG_USABLE:
+        if magic == DELTA_MAGIC:
+            length = hs  # the u16 after the magic
+            if length < 40 + PG_SIZE - PG_USABLE or off + length > len(data):
+                break
+            # the trailer, page bytes [PG_USABLE, PG_SIZE), ends the frame
+            he, after_hole = PG_USABLE, off + length - (PG_SIZE - PG_USABLE)
+        elif magic != FRAME_MAGIC or hs > he or he > PG_USABLE:
             break
-        length = FRAME_HDR + PG_SIZE - (he - hs)
-        if off + length > len(data):
-            break
-        after_hole = off + FRAME_HDR + hs  # page byte f >= he is at after_hole + f - he
+        else:
+            length = FRAME_HDR + PG_SIZE - (he - hs)
+            if off + length > len(data):
+                break
+            after_hole = off + FRAME_HDR + hs  # page byte f >= he is at after_hole + f - he
 
         def field(fmt: str, f: int) -> int:
             return struct.unpack_from(fmt, data, after_hole + f - he)[0]
