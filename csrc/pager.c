@@ -1181,28 +1181,38 @@ int pg_checkpoint_finish(pager *p, uint64_t keep_log_bytes)
     return 0;
 }
 
-/* A page another handle changed: a cached image is replaced by the new
- * one when the scan has it (and it checks out), else dropped. */
-static void forget_cached(void *ctx, uint32_t pgno, const uint8_t *page)
+/* A page another handle changed: a cached image becomes the new one when
+ * the scan has it -- a whole image, or a delta on the image we hold -- and
+ * it checks out; else it is dropped. */
+static void forget_cached(void *ctx, uint32_t pgno, uint64_t off, const uint8_t *page,
+                          const uint8_t *delta)
 {
     pager *p = ctx;
     uint64_t v;
     if (!hm_get(&p->cache, pgno, &v))
         return;
     pg_buf *b = as_buf(v);
-    if (page && wal_page_verify(page, pgno) == 0) {
+    if ((page && wal_page_verify(page, pgno) == 0) || delta) {
         if (is_shared(b)) {
             /* Other handles hold this image: ours becomes a copy of our own. */
             pg_buf *nb = buf_new(p);
             if (!nb)
                 goto drop;
             nb->pgno = pgno;
+            if (delta)
+                memcpy(nb->data, b->data, PG_SIZE);
             hm_put(&p->cache, pgno, as_val(nb));    /* replaces in place */
             ps_release(b);
             b = nb;
         }
-        memcpy(b->data, page, PG_SIZE);
-        b->depth = WAL_DELTA_DEPTH;     /* its off is not this frame's */
+        uint32_t depth = 0;
+        if (page)
+            memcpy(b->data, page, PG_SIZE);
+        else if (wal_delta_apply(delta, b->data, &depth) != 0 ||
+                 wal_page_verify(b->data, pgno) != 0)
+            goto drop;
+        b->off = off;
+        b->depth = (uint8_t)depth;
         /* the tree checks its structure again */
         atomic_store_explicit(&b->checked, 0, memory_order_relaxed);
         return;

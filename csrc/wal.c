@@ -382,6 +382,19 @@ static int delta_apply(const uint8_t *f, uint32_t len, uint8_t *page)
     return 0;
 }
 
+int wal_delta_apply(const uint8_t *delta, uint8_t *page, uint32_t *depth)
+{
+    uint32_t len = rd16(delta + 4), hs, he;
+    if (rd32(delta) != DELTA_MAGIC || len < DELTA_HDR + TRAILER || len > FRAME_MAX ||
+        rd64(page + TR_CHECKSUM) != rd64(delta + 24))
+        return QS_CORRUPT;
+    /* the base as logged: its hole zeros */
+    page_hole(page, &hs, &he);
+    memset(page + hs, 0, he - hs);
+    *depth = rd16(delta + 6);
+    return delta_apply(delta, len, page);
+}
+
 int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
 {
     struct stat st;
@@ -470,7 +483,9 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
 }
 
 int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
-             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
+             wal_recovery *rec,
+             void (*on_page)(void *ctx, uint32_t pgno, uint64_t off, const uint8_t *page,
+                             const uint8_t *delta),
              void *ctx)
 {
     memset(rec, 0, sizeof *rec);
@@ -520,7 +535,7 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
         if ((rc = pending_add(&pend, pgno, off)) != 0)
             break;
         if (trusted && on_page)
-            on_page(ctx, pgno, delta ? NULL : page);
+            on_page(ctx, pgno, off, delta ? NULL : page, delta ? f : NULL);
         if (rd32(page + TR_FLAGS) & TR_FLAG_COMMIT) {
             if (rd32(page + TR_NFRAMES) != pend.n) {
                 stopped = 1;
@@ -531,7 +546,7 @@ int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_tx
                 if (hm_put(idx, pend.pgno[j], pend.off[j]) != 0)
                     rc = QS_NOMEM;
                 else if (on_page && !trusted)
-                    on_page(ctx, pend.pgno[j], NULL);
+                    on_page(ctx, pend.pgno[j], pend.off[j], NULL, NULL);
             }
             if (rc)
                 break;

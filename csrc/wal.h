@@ -73,15 +73,27 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec);
  * (QS_CORRUPT for a damaged synced frame).  trusted: another handle
  * published [from, size) as committed, so frame checksums are not checked
  * here -- on_page then hears
- * of every frame as it is read, with its image (NULL for a delta frame,
- * whose image needs its base), and must verify an image it keeps (pages
- * read later from the index are verified then).  A delta frame counts
- * only when its base is the page's newest committed frame in idx.  Used to
+ * of every frame as it is read, with its offset and its image, or for a
+ * delta frame (page NULL) the frame itself (delta, see wal_delta_apply),
+ * and must verify an image it keeps (pages read later from the index are
+ * verified then); untrusted, it hears of a committed frame with both NULL.
+ * A delta frame counts only when its base is the page's newest committed
+ * frame in idx.  Used to
  * catch up with commits another process made.  Returns 0, QS_CORRUPT,
  * QS_NOMEM or errno; frames after the last complete commit are ignored. */
 int wal_scan(wal *w, hm_map *idx, uint64_t from, uint64_t size, uint64_t last_txn, int trusted,
-             wal_recovery *rec, void (*on_page)(void *ctx, uint32_t pgno, const uint8_t *page),
+             wal_recovery *rec,
+             void (*on_page)(void *ctx, uint32_t pgno, uint64_t off, const uint8_t *page,
+                             const uint8_t *delta),
              void *ctx);
+
+/* Turns page, the image of a delta frame's base (its hole may hold
+ * anything), into the frame's image, given the frame as wal_scan hands
+ * it to on_page (delta): 0, *depth its place in its chain, the image's
+ * checksum for the caller to verify (wal_page_verify); or QS_CORRUPT when
+ * page is not the base the frame names (by checksum) or the frame is
+ * malformed, page then undefined. */
+int wal_delta_apply(const uint8_t *delta, uint8_t *page, uint32_t *depth);
 
 /* After wal_read_header returned QS_CORRUPT: is the header damaged rather
  * than torn?  A valid commit frame (of any generation) with a transaction

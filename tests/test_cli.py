@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import pyqstore
+from pyqstore._qstore import lib
 from pyqstore.cli import decode_bytes, encode_bytes, main
 
 RECORDS = [
@@ -80,7 +81,7 @@ def test_info_text(sample):
     assert r.exit_code == 0, r.output
     lines = {line.split("  ")[0]: line.split("  ", 1)[1].strip()
              for line in r.stdout.splitlines()}
-    assert lines["format version"] == "2"
+    assert lines["format version"] == str(lib.QS_FORMAT_VERSION)
     assert lines["page size"].startswith("4096")
     assert lines["user records"] == str(len(RECORDS))
     assert lines["queues"] == "2"

@@ -6,8 +6,8 @@ generation declares synced must fail the open (and check()) with
 CorruptError naming the log and the frame; damage no later frame vouches
 for is a torn tail and recovers silently, everything before it intact.
 
-The tests read the log's frames with a small parser of their own (the
-reference model of the format: DESIGN.md "Log (NAME-log)", csrc/pagefmt.h),
+The tests read the log's frames with a small parser of their own (_logfmt.py,
+the reference model of the format: DESIGN.md "Log (NAME-log)", csrc/pagefmt.h),
 so each damage position has an expected outcome computed independently of
 the C scan.
 """
@@ -16,70 +16,16 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import struct
-from dataclasses import dataclass
 
 import pytest
 
 import pyqstore
 from pyqstore import CorruptError
+from _logfmt import PG_SIZE, Frame, log_frames
 from _procs import kill_after
-
-PG_SIZE = 4096
-FRAME_HDR = 8
-FRAME_MAGIC = 0x52465351
-DELTA_MAGIC = 0x44465351  # a delta frame: its length at +4, its trailer ends it
-TR_PGNO, TR_FLAGS, TR_SALT, TR_TXN, TR_SYNCED = 4000, 4004, 4008, 4016, 4072
-PG_USABLE = 4000
 
 TXNS = 300  # transactions of the writer in the record workload
 PER_TXN = 100  # records each
-
-
-@dataclass
-class Frame:
-    off: int
-    length: int
-    commit: bool
-    txn: int
-    synced: int
-
-    @property
-    def end(self) -> int:
-        return self.off + self.length
-
-
-def log_frames(data: bytes) -> list[Frame]:
-    """The frames of the log's current generation, in order, up to the first
-    that does not parse (the writer's output is undamaged here)."""
-    salt = struct.unpack_from("<Q", data, 16)[0]
-    frames, off = [], PG_SIZE
-    while off + FRAME_HDR <= len(data):
-        magic, hs, he = struct.unpack_from("<IHH", data, off)
-        if magic == DELTA_MAGIC:
-            length = hs  # the u16 after the magic
-            if length < 40 + PG_SIZE - PG_USABLE or off + length > len(data):
-                break
-            # the trailer, page bytes [PG_USABLE, PG_SIZE), ends the frame
-            he, after_hole = PG_USABLE, off + length - (PG_SIZE - PG_USABLE)
-        elif magic != FRAME_MAGIC or hs > he or he > PG_USABLE:
-            break
-        else:
-            length = FRAME_HDR + PG_SIZE - (he - hs)
-            if off + length > len(data):
-                break
-            after_hole = off + FRAME_HDR + hs  # page byte f >= he is at after_hole + f - he
-
-        def field(fmt: str, f: int) -> int:
-            return struct.unpack_from(fmt, data, after_hole + f - he)[0]
-
-        if field("<Q", TR_SALT) != salt:
-            break
-        frames.append(
-            Frame(off, length, bool(field("<I", TR_FLAGS) & 1), field("<Q", TR_TXN),
-                  field("<Q", TR_SYNCED)))
-        off += length
-    return frames
 
 
 WRITER = """
