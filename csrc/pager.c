@@ -931,8 +931,9 @@ int pg_commit_write(pager *p, int will_sync, int *wrote)
         uint32_t len = wal_frame_len(b->data);
         b->depth = 0;
         if (deltas) {
-            pg_buf *c = delta_base(p, b->pgno);
             uint8_t *room = p->cw_delta + i * (size_t)PG_SIZE;
+            /* (a nearly empty page's frame is too short to gain: no lookup) */
+            pg_buf *c = len / 2 >= WAL_DELTA_MIN ? delta_base(p, b->pgno) : NULL;
             uint32_t dlen = c ? wal_delta_encode(c->data, b->data, c->off, c->depth + 1u, room,
                                                  len / 2) : 0;
             deltas[i] = (wal_delta){room, dlen};

@@ -237,6 +237,7 @@ static int frame_decode(const uint8_t *buf, size_t avail, uint8_t *page, uint32_
 #define DELTA_HDR 40u
 #define TRAILER (PG_SIZE - PG_USABLE)
 #define RUN_HDR 4u
+_Static_assert(WAL_DELTA_MIN == DELTA_HDR + TRAILER, "wal.h's WAL_DELTA_MIN");
 /* Equal bytes a run absorbs rather than end: a new run costs RUN_HDR. */
 #define RUN_GAP RUN_HDR
 

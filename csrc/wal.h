@@ -127,6 +127,9 @@ uint32_t wal_frame_len(const uint8_t *page);
  * (and the stack it takes: a frame buffer per level). */
 #define WAL_DELTA_DEPTH 8
 
+/* The shortest delta frame: header and trailer, no runs. */
+#define WAL_DELTA_MIN 136u
+
 /* A delta frame for a wal_write: len 0 for none (the page goes whole). */
 typedef struct wal_delta {
     const uint8_t *bytes;

@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repo, for an in-place import
 
 import pyqstore  # noqa: E402
+from pyqstore._qstore import lib  # noqa: E402
 
 PAGE = 4096
 FIX_MAIN, FIX_LOG, NO_LOG, FIX_SALT, WRITES = 1, 2, 4, 8, 16
@@ -269,7 +270,8 @@ def main() -> int:
         m.emit("trunc-main-one-page", rmain[:PAGE], rlog, FIX)
         m.emit("trunc-main-tiny", rmain[:100], rlog, 0)
         m.emit("bad-magic", flip(rmain, 0), rlog, FIX)
-        m.emit("bad-version", put_u32(rmain, 8, 3), rlog, FIX)  # newer than we read
+        # newer than we read
+        m.emit("bad-version", put_u32(rmain, 8, lib.QS_FORMAT_VERSION + 1), rlog, FIX)
         m.emit("bad-pagesize", put_u32(rmain, 12, 8192), rlog, FIX)
         m.emit("bad-checksum", flip(rmain, PAGE + 40), rlog, 0)
         # Meta fields (page 0 trailer, resealed): npages huge, a root past
