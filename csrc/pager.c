@@ -916,10 +916,11 @@ int pg_commit_write(pager *p, int will_sync, int *wrote)
     /* Small commits log what changed in pages they logged before. */
     wal_delta *deltas = NULL;
     if (fresh <= PG_DELTA_PAGES) {
-        if (!p->cw_delta) {
+        /* each kept once made: a failed one is tried again next commit */
+        if (!p->cw_delta)
             p->cw_delta = malloc(PG_DELTA_PAGES * (size_t)PG_SIZE);
+        if (!p->cw_deltas)
             p->cw_deltas = malloc(PG_DELTA_PAGES * sizeof *p->cw_deltas);
-        }
         if (p->cw_delta && p->cw_deltas)
             deltas = p->cw_deltas;
     }
