@@ -821,7 +821,7 @@ int pg_trim(pager *p, int is_writer)
 static pg_buf *delta_base(pager *p, uint32_t pgno)
 {
     uint64_t off, v;
-    if (!hm_get(&p->logidx, pgno, &off) || hm_get(&p->spill, pgno, &v) ||
+    if (!hm_get(&p->logidx, pgno, &off) || (p->spill.len && hm_get(&p->spill, pgno, &v)) ||
         !hm_get(&p->cache, pgno, &v))
         return NULL;
     pg_buf *c = as_buf(v);
@@ -948,7 +948,7 @@ int pg_commit_write(pager *p, int will_sync, int *wrote)
     }
     if ((rc = wal_reserve(&p->log, end, will_sync)) != 0)
         goto out;
-    if ((rc = wal_write(&p->log, pages, deltas, fresh, at, NULL, !will_sync)) != 0)
+    if ((rc = wal_write(&p->log, pages, deltas, fresh, at, NULL, will_sync ? 0 : end)) != 0)
         goto out;
     p->txn_end = end;
     *wrote = 1;

@@ -236,7 +236,7 @@ int pg_commit_prepare(pager *p);
 /* Writes the transaction's frames, the commit frame last, without syncing.
  * will_sync: a sync of the log follows, and the log's growth is synced
  * here; 0: a small commit may be copied into the log's mapping (wal_write's
- * via_map) instead of written.  *wrote is
+ * map_end) instead of written.  *wrote is
  * set to 0 when the transaction changed nothing.  Returns 0 or errno; on
  * failure the transaction is still open (abort it). */
 int pg_commit_write(pager *p, int will_sync, int *wrote);

@@ -151,8 +151,8 @@ static uint64_t append(log_file *l, uint8_t *page, uint32_t pgno, uint64_t txn, 
         d.len = wal_delta_encode(base, page, base_off, depth, room, most);
     uint64_t off = l->end;
     uint8_t *pages[1] = {page};
-    CHECK_RC(wal_write(&l->w, pages, &d, 1, off, NULL, via_map), 0);
     *len = d.len ? d.len : wal_frame_len(page);
+    CHECK_RC(wal_write(&l->w, pages, &d, 1, off, NULL, via_map ? off + *len : 0), 0);
     *delta = d.len != 0;
     l->end += *len;
     return off;

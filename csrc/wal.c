@@ -385,8 +385,8 @@ static int delta_apply(const uint8_t *f, uint32_t len, uint8_t *page)
 
 int wal_delta_apply(const uint8_t *delta, uint8_t *page, uint32_t *depth)
 {
-    uint32_t len = rd16(delta + 4), hs, he;
-    if (rd32(delta) != DELTA_MAGIC || len < DELTA_HDR + TRAILER || len > FRAME_MAX ||
+    uint32_t len, hs, he;
+    if (delta_peek(delta, FRAME_MAX, &len, 0) != 0 ||
         rd64(page + TR_CHECKSUM) != rd64(delta + 24))
         return QS_CORRUPT;
     /* the base as logged: its hole zeros */
@@ -417,6 +417,17 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
  * checksum is computed, so the stale frames of older generations that follow
  * most logs cost a few compares each.  Returns 0 (*claim_off set when found)
  * or an errno/QS_NOMEM. */
+/* Does the raw trailer at tr (page byte PG_USABLE) name a commit frame
+ * find_claim wants?  Its checksum is not yet known. */
+static int trailer_claims(const wal *w, const uint8_t *tr, int any_salt, uint64_t last_txn,
+                          uint64_t bad)
+{
+    return (any_salt || rd64(tr + (TR_SALT - PG_USABLE)) == w->salt) &&
+           (rd32(tr + (TR_FLAGS - PG_USABLE)) & TR_FLAG_COMMIT) &&
+           rd64(tr + (TR_TXN - PG_USABLE)) > last_txn &&
+           rd64(tr + (TR_SYNCED - PG_USABLE)) > bad;
+}
+
 static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64_t last_txn,
                       uint64_t bad, uint8_t *buf, uint8_t *page, uint64_t *claim_off,
                       uint64_t *claim_synced)
@@ -440,13 +451,11 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
             size_t avail = blen - at;
             uint32_t dlen;
             if (delta_peek(m, avail, &dlen, 0) == 0) {
-                if ((any_salt || rd64(delta_field(m, dlen, TR_SALT)) == w->salt) &&
-                    (rd32(delta_field(m, dlen, TR_FLAGS)) & TR_FLAG_COMMIT) &&
-                    rd64(delta_field(m, dlen, TR_TXN)) > last_txn &&
-                    rd64(delta_field(m, dlen, TR_SYNCED)) > bad &&
-                    rd32(delta_field(m, dlen, TR_PGNO)) != 0 && delta_peek(m, avail, &dlen, 1) == 0) {
+                const uint8_t *tr = delta_field(m, dlen, PG_USABLE);
+                if (trailer_claims(w, tr, any_salt, last_txn, bad) &&
+                    rd32(tr + (TR_PGNO - PG_USABLE)) != 0 && delta_peek(m, avail, &dlen, 1) == 0) {
                     *claim_off = bstart + at;
-                    *claim_synced = rd64(delta_field(m, dlen, TR_SYNCED));
+                    *claim_synced = rd64(tr + (TR_SYNCED - PG_USABLE));
                     return 0;
                 }
                 at++;
@@ -459,12 +468,9 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
             uint32_t hs = avail >= FRAME_HDR ? rd16(m + 4) : 1;
             uint32_t he = avail >= FRAME_HDR ? rd16(m + 6) : 0;
             if (hs <= he && he <= PG_USABLE && avail >= FRAME_HDR + PG_SIZE - (he - hs)) {
-                /* page byte f >= he sits at after_hole + (f - he) */
-                const uint8_t *after_hole = m + FRAME_HDR + hs;
-                if ((any_salt || rd64(after_hole + (TR_SALT - he)) == w->salt) &&
-                    (rd32(after_hole + (TR_FLAGS - he)) & TR_FLAG_COMMIT) &&
-                    rd64(after_hole + (TR_TXN - he)) > last_txn &&
-                    rd64(after_hole + (TR_SYNCED - he)) > bad) {
+                /* page byte f >= he sits at m + FRAME_HDR + hs + (f - he) */
+                if (trailer_claims(w, m + FRAME_HDR + hs + (PG_USABLE - he), any_salt, last_txn,
+                                   bad)) {
                     uint32_t n;
                     if (frame_decode(m, avail, page, &n) == 0 &&
                         wal_page_verify(page, rd32(page + TR_PGNO)) == 0 && rd32(page + TR_PGNO) != 0) {
@@ -767,17 +773,12 @@ static void map_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, si
 }
 
 int wal_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, size_t n, uint64_t off,
-              uint64_t *offs, int via_map)
+              uint64_t *offs, uint64_t map_end)
 {
-    if (via_map) {
-        uint64_t end = off;
-        for (size_t i = 0; i < n && end - off <= MAP_MOST; i++)
-            end += deltas && deltas[i].len ? deltas[i].len : wal_frame_len(pages[i]);
-        if (end - off <= MAP_MOST && map_covers(w, end)) {
-            map_write(w, pages, deltas, n, off, offs);
-            write_behind(w, end);
-            return 0;
-        }
+    if (map_end && map_end - off <= MAP_MOST && map_covers(w, map_end)) {
+        map_write(w, pages, deltas, n, off, offs);
+        write_behind(w, map_end);
+        return 0;
     }
     enum { BATCH = 128 };       /* frames per pwritev: 3 iovecs each */
     struct iovec iov[3 * BATCH];

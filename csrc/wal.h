@@ -23,7 +23,7 @@ typedef struct wal {
     uint64_t behind;        /* the device was told to start writing the log
                                below this offset (os_write_behind) */
     uint8_t *map;           /* MAP_SHARED view of [0, map_len) of the file,
-                               for wal_write's via_map (NULL: none) */
+                               for wal_write's map_end (NULL: none) */
     uint64_t map_len;
     uint64_t map_failed;    /* alloc when mmap last failed: not retried
                                until alloc changes */
@@ -151,15 +151,16 @@ uint32_t wal_delta_encode(const uint8_t *base, const uint8_t *page, uint64_t bas
  * at off plus the sum of their lengths (wal_frame_len for a whole one).  Then, each time another 1 MiB of
  * whole pages lies below that end, starts the device writing them (see
  * os_write_behind): durability is still only what a sync gives.
- * via_map: the frames may be copied into a shared mapping of the file
+ * map_end: 0, or where the frames end (the caller knows it, having
+ * placed them): then they may be copied into a shared mapping of the file
  * (made or remade here) instead of written with pwritev, when they are a
  * quarter page or less and end within alloc -- the same page cache pages,
  * so a process that dies after the copy loses nothing the write would have
  * kept, and a sync covers them; but a store cannot fail, and the pwritev
- * could (EIO, EFBIG), so only for commits no sync follows.  Returns 0 or errno (via_map: only from the
- * pwritev it falls back to). */
+ * could (EIO, EFBIG), so only for commits no sync follows.  Returns 0 or
+ * errno (with map_end: only from the pwritev it falls back to). */
 int wal_write(wal *w, uint8_t *const *pages, const wal_delta *deltas, size_t n, uint64_t off,
-              uint64_t *offs, int via_map);
+              uint64_t *offs, uint64_t map_end);
 
 /* Drops wal_write's mapping, if any; before the file shrinks or closes. */
 void wal_unmap(wal *w);
