@@ -288,7 +288,8 @@ int sh_open(sh_region *r, const char *path, mode_t perm, double timeout, int *al
         atomic_store(&s->in_op, 0);
         atomic_store(&s->pin_limit, 0);     /* a dead holder's snapshot */
         atomic_store(&s->pin_revoked, 0);
-        atomic_store(&s->pid, (uint32_t)getpid());
+        r->pid = (uint32_t)getpid();
+        atomic_store(&s->pid, r->pid);
         atomic_store(&s->used, 1);
         rc = 0;
         break;
@@ -550,10 +551,9 @@ uint32_t sh_others(const sh_region *r, uint32_t *mine)
 
 int sh_other_process(const sh_region *r)
 {
-    uint32_t pid = (uint32_t)getpid();
     for (uint32_t i = 0; i < SH_SLOTS; i++)
         if (i != r->slot && atomic_load_explicit(&r->slots[i].used, memory_order_relaxed) &&
-            atomic_load_explicit(&r->slots[i].pid, memory_order_relaxed) != pid)
+            atomic_load_explicit(&r->slots[i].pid, memory_order_relaxed) != r->pid)
             return 1;
     return 0;
 }

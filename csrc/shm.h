@@ -64,6 +64,10 @@ typedef struct sh_region {
     sh_slot *slots;
     uint32_t slot;              /* ours */
     uint32_t gen;               /* our slot's generation */
+    uint32_t pid;               /* getpid() at attach: the caller's, since a
+                                   handle is refused after fork (casket.c),
+                                   and sh_other_process runs at commits,
+                                   where getpid's system call would cost */
     int exclusive;              /* we hold byte 0 exclusively */
     int created;                /* this open created the file */
     /* The room for the layer above, mapped (all NULL without a region),
