@@ -538,12 +538,12 @@ int sh_wlock(sh_region *r, double timeout, int *holder_died)
 
 uint32_t sh_others(const sh_region *r, uint32_t *mine)
 {
-    uint32_t n = 0, here = 0, pid = (uint32_t)getpid();
+    uint32_t n = 0, here = 0;
     for (uint32_t i = 0; i < SH_SLOTS; i++) {
         if (i == r->slot || !sh_slot_alive(r, i))
             continue;
         n++;
-        here += atomic_load(&r->slots[i].pid) == pid;
+        here += atomic_load(&r->slots[i].pid) == r->pid;
     }
     *mine = here;
     return n;

@@ -246,10 +246,10 @@ static uint64_t delta_sum(const uint8_t *f, uint32_t len)
     return ck_sum64(f + DELTA_HDR, len - DELTA_HDR, ck_sum64(f + 4, 28, CK_SEED ^ 0xd1a7));
 }
 
-/* The trailer field at page offset at (>= PG_USABLE) of a delta frame. */
-static inline const uint8_t *delta_field(const uint8_t *f, uint32_t len, uint32_t at)
+/* A delta frame's trailer: page bytes [PG_USABLE, PG_SIZE) end the frame. */
+static inline const uint8_t *delta_trailer(const uint8_t *f, uint32_t len)
 {
-    return f + len - TRAILER + (at - PG_USABLE);
+    return f + len - TRAILER;
 }
 
 /* The first i in [i, e) where a and b differ, or e (the loop the diff
@@ -410,17 +410,6 @@ int wal_recover(wal *w, hm_map *idx, wal_recovery *rec)
     return rc;
 }
 
-/* Does a valid commit frame of this generation, with a transaction above
- * last_txn, lie in [from, size) and declare the log synced past bad (any_salt:
- * a commit frame of any generation)?  Such a
- * frame proves the bytes at bad were durable, so the frame there is damaged,
- * not torn: a frame is only written after everything it declares synced, and
- * committed bytes of a generation are never rewritten.  Frames are not
- * aligned, so every occurrence of the frame magic is a candidate; the salt,
- * flags, transaction and declaration are read from the raw frame before the
- * checksum is computed, so the stale frames of older generations that follow
- * most logs cost a few compares each.  Returns 0 (*claim_off set when found)
- * or an errno/QS_NOMEM. */
 /* Does the raw trailer at tr (page byte PG_USABLE) name a commit frame
  * find_claim wants?  Its checksum is not yet known. */
 static int trailer_claims(const wal *w, const uint8_t *tr, int any_salt, uint64_t last_txn,
@@ -432,6 +421,17 @@ static int trailer_claims(const wal *w, const uint8_t *tr, int any_salt, uint64_
            rd64(tr + (TR_SYNCED - PG_USABLE)) > bad;
 }
 
+/* Does a valid commit frame of this generation, with a transaction above
+ * last_txn, lie in [from, size) and declare the log synced past bad (any_salt:
+ * a commit frame of any generation)?  Such a
+ * frame proves the bytes at bad were durable, so the frame there is damaged,
+ * not torn: a frame is only written after everything it declares synced, and
+ * committed bytes of a generation are never rewritten.  Frames are not
+ * aligned, so every occurrence of the frame magic is a candidate; the salt,
+ * flags, transaction and declaration are read from the raw frame before the
+ * checksum is computed, so the stale frames of older generations that follow
+ * most logs cost a few compares each.  Returns 0 (*claim_off set when found)
+ * or an errno/QS_NOMEM. */
 static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64_t last_txn,
                       uint64_t bad, uint8_t *buf, uint8_t *page, uint64_t *claim_off,
                       uint64_t *claim_synced)
@@ -455,7 +455,7 @@ static int find_claim(wal *w, int any_salt, uint64_t from, uint64_t size, uint64
             size_t avail = blen - at;
             uint32_t dlen;
             if (delta_peek(m, avail, &dlen, 0) == 0) {
-                const uint8_t *tr = delta_field(m, dlen, PG_USABLE);
+                const uint8_t *tr = delta_trailer(m, dlen);
                 if (trailer_claims(w, tr, any_salt, last_txn, bad) &&
                     rd32(tr + (TR_PGNO - PG_USABLE)) != 0 && delta_peek(m, avail, &dlen, 1) == 0) {
                     *claim_off = bstart + at;
