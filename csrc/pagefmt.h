@@ -22,6 +22,10 @@
                                         was written; 0 declares nothing */
 #define TR_CHECKSUM 4088u            /* covers bytes [0, 4088) */
 #define TR_FLAG_COMMIT 1u
+#define TR_FLAG_CRC 2u               /* the checksum is ck_crc4's, not ck_sum64's
+                                        (format 4; the sealer picks, the
+                                        verifier follows the page) */
+#define CK_SEED 0x7173746f72650001ULL  /* the page checksum's seed (wal.c) */
 
 /* Page types: first byte of every non-header page in use. */
 enum { PT_FREE = 0, PT_LEAF = 1, PT_INTERIOR = 2, PT_OVERFLOW = 3, PT_TRUNK = 4 };

@@ -27,7 +27,11 @@
 /* Version 5: the layer above's per-queue entries grew from 24 to 40 bytes
  * (a run of reserved ids, qres.h), so its room grew by 64 KiB; versions 4
  * and 5 refuse each other's regions the same way. */
-#define SH_VERSION 5
+/* Version 6: the same layout, for the casket's format 4 -- a process of
+ * a format-3 build would take the CRC-sealed pages another handle
+ * publishes for damaged ones, so the two builds refuse each other's
+ * regions as versions 4 and 5 do. */
+#define SH_VERSION 6
 #define BYTE_ATTACH 0
 #define BYTE_SLOT 16
 

@@ -357,7 +357,9 @@ static void processes(void)
 }
 
 /* A region of an earlier layout (version 3: 40-byte reservation entries,
- * 2,727,936 bytes; version 4: 24-byte queue entries, 3,776,512 bytes), as
+ * 2,727,936 bytes; version 4: 24-byte queue entries, 3,776,512 bytes;
+ * version 5: this layout, kept by a build that seals pages with format 3's
+ * checksum only), as
  * a live process of that version keeps it: a header that passes its own
  * checks and byte 0 held shared.  An open now must refuse it (QS_CORRUPT)
  * rather than read its entries as ours. */
@@ -411,6 +413,7 @@ static void old_layout_region_refused(void)
 {
     old_region_refused(3, 2727936);
     old_region_refused(4, 3776512);
+    old_region_refused(5, 3842048);
 }
 
 int main(void)

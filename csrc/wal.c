@@ -25,7 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CK_SEED 0x7173746f72650001ULL
 #define FRAME_MAGIC 0x52465351u         /* "QSFR" */
 #define FRAME_HDR 8u
 #define FRAME_MAX (FRAME_HDR + PG_SIZE)
@@ -33,17 +32,26 @@
 
 /* The checksum covers the page without its hole (and names the hole's
  * bounds): hashing only what a page holds makes a commit of a small change
- * cheap, and the hole is never read, written to the log, or trusted. */
+ * cheap, and the hole is never read, written to the log, or trusted.  The
+ * page's TR_FLAG_CRC names the function: a damaged flag picks the other one,
+ * which fails as surely as a damaged byte. */
 static uint64_t page_sum(const uint8_t *page)
 {
     uint32_t hs, he;
     page_hole(page, &hs, &he);
-    uint64_t h = ck_sum64(page, hs, CK_SEED ^ ((uint64_t)hs << 32 | he));
-    return ck_sum64(page + he, TR_CHECKSUM - he, h);
+    uint64_t seed = CK_SEED ^ ((uint64_t)hs << 32 | he);
+    if (rd32(page + TR_FLAGS) & TR_FLAG_CRC)
+        return ck_crc4(page + he, TR_CHECKSUM - he, ck_crc4(page, hs, seed));
+    return ck_sum64(page + he, TR_CHECKSUM - he, ck_sum64(page, hs, seed));
 }
 
+/* Format 4 seals with ck_crc4 where the CPU has the instruction for it,
+ * and with ck_sum64 elsewhere, where it is the faster; both verify
+ * everywhere. */
 void wal_page_seal(uint8_t *page)
 {
+    uint32_t flags = rd32(page + TR_FLAGS) & ~TR_FLAG_CRC;
+    wr32(page + TR_FLAGS, ck_crc_fast() ? flags | TR_FLAG_CRC : flags);
     wr64(page + TR_CHECKSUM, page_sum(page));
 }
 
@@ -241,15 +249,19 @@ _Static_assert(WAL_DELTA_MIN == DELTA_HDR + TRAILER, "wal.h's WAL_DELTA_MIN");
 /* Equal bytes a run absorbs rather than end: a new run costs RUN_HDR. */
 #define RUN_GAP RUN_HDR
 
-static uint64_t delta_sum(const uint8_t *f, uint32_t len)
-{
-    return ck_sum64(f + DELTA_HDR, len - DELTA_HDR, ck_sum64(f + 4, 28, CK_SEED ^ 0xd1a7));
-}
-
 /* A delta frame's trailer: page bytes [PG_USABLE, PG_SIZE) end the frame. */
 static inline const uint8_t *delta_trailer(const uint8_t *f, uint32_t len)
 {
     return f + len - TRAILER;
+}
+
+/* The function is the one the page's trailer names (page_sum). */
+static uint64_t delta_sum(const uint8_t *f, uint32_t len)
+{
+    uint64_t seed = CK_SEED ^ 0xd1a7;
+    if (rd32(delta_trailer(f, len) + (TR_FLAGS - PG_USABLE)) & TR_FLAG_CRC)
+        return ck_crc4(f + DELTA_HDR, len - DELTA_HDR, ck_crc4(f + 4, 28, seed));
+    return ck_sum64(f + DELTA_HDR, len - DELTA_HDR, ck_sum64(f + 4, 28, seed));
 }
 
 /* The first i in [i, e) where a and b differ, or e (the loop the diff
