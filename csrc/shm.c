@@ -57,6 +57,7 @@ struct sh_header {
     _Atomic uint32_t ckpt_waiters;
     uint32_t up_count;              /* the layer above's counter */
     _Atomic uint32_t up_words[SH_UP_WORDS];
+    _Atomic uint32_t attach_seq;    /* bumped as a slot is taken or let go */
 };
 
 #define OFF_SLOTS 4096
@@ -66,15 +67,16 @@ struct sh_header {
 
 _Static_assert(sizeof(struct sh_header) <= OFF_SLOTS, "header fits its page");
 _Static_assert(OFF_SLOTS + SH_SLOTS * sizeof(sh_slot) <= OFF_UP, "slots fit");
-/* The layout of version 5, which other processes of the same version
+/* The layout of version 6, which other processes of the same version
  * share: moving a field would need a new SH_VERSION. */
 _Static_assert(offsetof(struct sh_header, up_shape) == 16 &&
                offsetof(struct sh_header, up_seq) == 52 &&
                offsetof(struct sh_header, next_txn) == 80 &&
                offsetof(struct sh_header, up_count) == 120 &&
                offsetof(struct sh_header, up_words) == 124 &&
+               offsetof(struct sh_header, attach_seq) == 2180 &&
                sizeof(struct sh_header) == 2184 && SH_SIZE == 3842048,
-               "region layout of version 5");
+               "region layout of version 6");
 
 uint64_t sh_now_ns(void)
 {
@@ -295,6 +297,7 @@ int sh_open(sh_region *r, const char *path, mode_t perm, double timeout, int *al
         r->pid = (uint32_t)getpid();
         atomic_store(&s->pid, r->pid);
         atomic_store(&s->used, 1);
+        atomic_fetch_add(&r->hdr->attach_seq, 1);
         rc = 0;
         break;
     }
@@ -401,6 +404,7 @@ void sh_close(sh_region *r)
     atomic_store(&s->in_op, 0);
     atomic_store(&s->pin_limit, 0);
     atomic_store(&s->used, 0);
+    atomic_fetch_add(&r->hdr->attach_seq, 1);
     munmap(r->base, r->size);
     close(r->fd);
     r->base = NULL;
@@ -553,13 +557,22 @@ uint32_t sh_others(const sh_region *r, uint32_t *mine)
     return n;
 }
 
-int sh_other_process(const sh_region *r)
+/* The scan's answer is kept with the attach_seq it was read under: a slot
+ * taken or let go since bumps it after its store, so a reader that sees
+ * the old sequence scanned before that store and scans again next time. */
+int sh_other_process(sh_region *r)
 {
-    for (uint32_t i = 0; i < SH_SLOTS; i++)
-        if (i != r->slot && atomic_load_explicit(&r->slots[i].used, memory_order_relaxed) &&
-            atomic_load_explicit(&r->slots[i].pid, memory_order_relaxed) != r->pid)
-            return 1;
-    return 0;
+    uint32_t seq = atomic_load_explicit(&r->hdr->attach_seq, memory_order_acquire);
+    uint64_t memo = atomic_load_explicit(&r->others_memo, memory_order_relaxed);
+    if (memo && (uint32_t)(memo >> 32) == seq)
+        return (int)(memo & 1);
+    int other = 0;
+    for (uint32_t i = 0; i < SH_SLOTS && !other; i++)
+        other = i != r->slot && atomic_load_explicit(&r->slots[i].used, memory_order_relaxed) &&
+                atomic_load_explicit(&r->slots[i].pid, memory_order_relaxed) != r->pid;
+    atomic_store_explicit(&r->others_memo, (uint64_t)seq << 32 | 2 | (uint64_t)other,
+                          memory_order_relaxed);
+    return other;
 }
 
 uint32_t sh_wlock_holder(const sh_region *r)

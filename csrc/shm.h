@@ -77,6 +77,9 @@ typedef struct sh_region {
     _Atomic uint32_t *up_words;
     void *up_area;
     _Atomic uint64_t up_clock_ns;
+    /* sh_other_process's last answer (bit 0; bit 1: one is kept) and the
+     * header's attach_seq it was read under (bits 32-63) */
+    _Atomic uint64_t others_memo;
 } sh_region;
 
 /* The newest commit as published by its writer. */
@@ -162,8 +165,9 @@ void sh_wabandon(sh_region *r);
 uint32_t sh_others(const sh_region *r, uint32_t *mine);
 /* Whether a slot of another process is in use: one that died attached
  * still counts (not checked: this is read at commits, and 128 lock tests
- * would cost more than the commit). */
-int sh_other_process(const sh_region *r);
+ * would cost more than the commit).  The 128 slots are scanned only when a
+ * slot was taken or let go since the last call (the answer is kept in r). */
+int sh_other_process(sh_region *r);
 /* The pid of the process holding the write lock now, 0 when it is free
  * (for messages: it may have changed by the time it is read). */
 uint32_t sh_wlock_holder(const sh_region *r);

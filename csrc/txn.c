@@ -620,7 +620,7 @@ uint64_t tx_log_keep(const qs_casket *c)
  * shares the casket: 4 producer + 4 consumer processes moved 6-10% fewer
  * items with the longer log, whose frames the other processes read back
  * to catch up. */
-static int checkpoint_due(const qs_casket *c)
+static int checkpoint_due(qs_casket *c)
 {
     uint64_t end = c->pg.log_end;
     if (end <= c->checkpoint_bytes)
