@@ -137,13 +137,21 @@ static uint64_t lanes_mix(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, si
  * saves. */
 #define LANES_MIN 64u
 
+/* The length of each of the first three lanes (the fourth takes the rest),
+ * a multiple of 8 so the hardware path runs whole words; 0 for one lane.
+ * Both paths split here, so they agree on every length. */
+static size_t lane_len(size_t len)
+{
+    return len < LANES_MIN ? 0 : (len / 4) & ~(size_t)7;
+}
+
 static uint64_t crc4_soft(const unsigned char *p, size_t len, uint64_t seed)
 {
     uint32_t c[4] = {~0u, ~0u, ~0u, ~0u};
-    if (len < LANES_MIN) {
+    size_t q = lane_len(len);
+    if (!q) {
         c[0] = crc_soft(c[0], p, len);
     } else {
-        size_t q = (len / 4) & ~(size_t)7;
         for (int k = 0; k < 3; k++)
             c[k] = crc_soft(c[k], p + (size_t)k * q, q);
         c[3] = crc_soft(c[3], p + 3 * q, len - 3 * q);
@@ -176,11 +184,10 @@ __attribute__((target("sse4.2"))) static uint64_t crc4_hw(const unsigned char *p
                                                          uint64_t seed)
 {
     uint64_t c0 = ~0u, c1 = ~0u, c2 = ~0u, c3 = ~0u;
-    size_t j = 0;
-    if (len < LANES_MIN) {
+    size_t j = 0, q = lane_len(len);
+    if (!q) {
         c0 = crc_hw_tail(c0, p, len);
     } else {
-        size_t q = (len / 4) & ~(size_t)7;
         const unsigned char *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
         /* two words a lane a turn: the loop's own add-compare-branch was
          * three instructions for every four CRC ones */
@@ -211,6 +218,9 @@ __attribute__((target("sse4.2"))) static uint64_t crc4_hw(const unsigned char *p
 
 static int crc_hw_present;
 
+/* The table is built even where the instruction is present: ck_crc32c and
+ * ck_crc4_portable (the tests' cross-check) use it, and 8 KiB at load is
+ * cheaper than a once-guard on every call. */
 __attribute__((constructor)) static void crc_init(void)
 {
     crc_table_init();

@@ -103,8 +103,10 @@ def test_read_write_open_converts_and_keeps_every_commit(tmp_path):
 
 
 def test_a_flipped_checksum_flag_is_damage(tmp_path):
-    """The flag picks the function: a page whose flag bit is flipped is
-    checked with the other one and fails, like any damaged byte."""
+    """A flipped checksum-flag bit is damage like any other byte: the page
+    fails to verify.  (That the flag, not the format version, picks the
+    function is csrc/test_checksum.c's check; this one would also pass if
+    the flag were a plain checksummed byte.)"""
     path = _unpack(tmp_path)
     os.remove(path + "-log")
     with open(path, "r+b") as f:
