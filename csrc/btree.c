@@ -1281,6 +1281,52 @@ int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, siz
     return 0;
 }
 
+int bt_put_only(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, size_t vlen,
+                uint64_t *removed)
+{
+    /* The probe sorts after every record of key, so its seek lands where
+     * the new record goes, just past the key's last record: a key with no
+     * records costs one descent and a look at one neighbour, where removing
+     * (seek) and then appending (seek again) cost two.  Records are removed
+     * from the back, one seek each, until the neighbour is another key's. */
+    pg_meta *m = &c->p->wmeta;
+    bt_key pk = {key, klen, m->next_seq};
+    *removed = 0;
+    for (;;) {
+        bt_path path, prev;
+        int eq = 0, rc = bt_seek(c, &pk, &path);
+        if (rc && rc != QS_NOTFOUND)
+            return rc;
+        if (rc == 0) {
+            int leaf = path.depth - 1;
+            if (path.idx[leaf] > 0) {
+                path.idx[leaf]--;
+                rc = bt_key_is(c, &path, key, klen, &eq);
+                path.idx[leaf]++;
+                prev = path;
+                prev.idx[leaf]--;
+            } else {
+                prev = path;
+                if ((rc = bt_prev(c, &prev)) == 0)
+                    rc = bt_key_is(c, &prev, key, klen, &eq);
+                else if (rc == QS_NOTFOUND)
+                    rc = 0;
+            }
+            if (rc)
+                return rc;
+        }
+        if (!eq) {
+            if ((rc = bt_insert(c, &path, &pk, val, vlen)) != 0)
+                return rc;
+            m->next_seq++;
+            return 0;
+        }
+        if ((rc = bt_delete(c, &prev)) != 0)
+            return rc;
+        ++*removed;
+    }
+}
+
 /* Removes child i of the interior page at level lvl, whose subtree is gone. */
 static int remove_child(bt_ctx *c, bt_path *path, int lvl)
 {

@@ -159,6 +159,15 @@ int bt_append_run(bt_ctx *c, bt_path *path, int *valid, const uint8_t *key, uint
 int bt_putdup(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val,
               size_t vlen, uint64_t *seq_out);
 
+/* Makes (key, val) key's only record: removes every record key has and
+ * appends val with the file's next sequence number.  *removed gets how many
+ * records were removed.  On an error the tree may have lost some of key's
+ * records and not gained the new one: as after any write that fails in the
+ * middle, the caller's transaction is spoiled (qstore.h, "Record
+ * functions"). */
+int bt_put_only(bt_ctx *c, const uint8_t *key, uint32_t klen, const void *val, size_t vlen,
+                uint64_t *removed);
+
 /* Removes the record at path (path is not valid afterwards). */
 int bt_delete(bt_ctx *c, bt_path *path);
 

@@ -62,8 +62,9 @@ static int insert_first(bt_ctx *bt, rec_args *a)
 
 static int put_fn(qs_casket *c, bt_ctx *bt, void *arg)
 {
-    int rc = outlist_fn(c, bt, arg);
-    return rc ? rc : insert_first(bt, arg);
+    (void)c;
+    rec_args *a = arg;
+    return bt_put_only(bt, a->key, (uint32_t)a->klen, a->val, a->vlen, &a->count);
 }
 
 static int putkeep_fn(qs_casket *c, bt_ctx *bt, void *arg)

@@ -10,6 +10,8 @@ import textwrap
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pyqstore
 from pyqstore import (
@@ -359,6 +361,39 @@ def test_put_replaces_all_dups(casket):
     assert casket.getdup(b"k") == [b"only"]
     assert casket.count(b"k") == 1
     assert len(casket) == 2
+
+
+_PUT_KEYS = [b"a", b"k", b"k\x00", b"z"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["put", "putdup", "out"]), st.sampled_from(_PUT_KEYS),
+                          st.integers(0, 40), st.integers(0, 400)), max_size=120))
+def test_put_against_a_model(tmp_path_factory, ops):
+    """put removes a key's values from the back, one seek each, and appends
+    where its one seek landed: against a dict of lists, with values long
+    enough that a key's duplicates span leaves (so the record before the
+    seek's landing place is often on the previous leaf), and with neighbour
+    keys that share the key's prefix on both sides."""
+    path = str(tmp_path_factory.mktemp("put") / "m.qdb")
+    model: dict[bytes, list[bytes]] = {}
+    with pyqstore.open(path, "n", sync=False) as c:
+        for op, key, dups, size in ops:
+            value = bytes([dups % 251]) * size
+            if op == "put":
+                c.put(key, value)
+                model[key] = [value]
+            elif op == "putdup":
+                with c.transaction():
+                    for i in range(dups):
+                        c.putdup(key, value + b"%d" % i)
+                model.setdefault(key, []).extend(value + b"%d" % i for i in range(dups))
+            else:
+                assert c.outlist(key) == len(model.pop(key, []))
+        for key in _PUT_KEYS:
+            assert c.getdup(key) == model.get(key, [])
+        assert len(c) == sum(map(len, model.values()))
+        c.check()
 
 
 def test_getdup_order_and_count(casket):
