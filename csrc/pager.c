@@ -72,7 +72,6 @@ static inline uint64_t as_val(pg_buf *b) { return (uint64_t)(uintptr_t)b; }
  * frame is written, so a durable commit never names a page that is not.
  * A spill or dirty buffer offset with DIRECT set means "in the main file". */
 #define DIRECT (1ull << 63)
-#define DIRECT_MIN 32           /* fresh pages that make a commit go direct */
 /* The most frames of a commit that may be delta frames: small commits
  * rewrite a few pages, each a little; a big transaction's pages are mostly
  * new or much changed, and would only pay for the diff. */
@@ -888,7 +887,7 @@ int pg_commit_write(pager *p, int will_sync, int *wrote)
     size_t nfresh = 0;
     for (size_t i = 0; i + 1 < n; i++)
         nfresh += is_fresh(p, bufs[i]->pgno);
-    if (p->txn_direct || nfresh >= DIRECT_MIN) {
+    if (p->txn_direct || nfresh >= PG_DIRECT_MIN) {
         size_t nd = 0;
         for (size_t i = 0; i + 1 < n; i++)
             if (is_fresh(p, bufs[i]->pgno)) {

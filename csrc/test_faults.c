@@ -26,6 +26,7 @@
 #include <sys/uio.h>
 
 #include "test_common.h"
+#include "pager.h"
 #include <limits.h>
 
 /* ------------------------------------------------------------------ */
@@ -1395,7 +1396,7 @@ static void power_loss(void)
 
 /* ------------------------------------------------------------------ */
 /* big transactions: pages the file grows by go straight to the main   */
-/* file (pager.c, DIRECT) when a commit has DIRECT_MIN (32) of them or  */
+/* file (pager.c, DIRECT) when a commit has PG_DIRECT_MIN of them or    */
 /* when they are spilled; the main file is synced before the commit     */
 /* frame.  The workload mixes transactions that grow the file by        */
 /* hundreds of pages (putdup_many of records of 100-300 bytes, queue    */
@@ -1907,9 +1908,9 @@ static int bg_workload(const char *path, bg_model *m, bg_run_ctx *x, int cuts)
         qs_stat_get(c, &s0);
         rc = bg_run(c, m, i, &where);
         qs_stat_get(c, &s1);
-        /* a commit that grew the file by many pages and, with no
-         * checkpoint in between, the log by far fewer bytes: it went
-         * direct */
+        /* a commit that grew the file by many pages (32: one that spills
+         * goes direct below PG_DIRECT_MIN) and, with no checkpoint in
+         * between, the log by far fewer bytes: it went direct */
         if (rc == 0 && !m->tx[i].abort && s1.checkpoints == s0.checkpoints &&
             s1.pages >= s0.pages + 32 &&
             s1.log_bytes - s0.log_bytes < (s1.pages - s0.pages) * 4096 / 8)
@@ -1978,7 +1979,9 @@ static void bg_power_loss(int sync, int tiny)
     uint64_t seed = tc_seed();
     pl_rng.s = seed;
     static bg_model m;
-    int big = (int)tc_scaled(1500, 2);
+    /* without spills (tiny), the biggest commits must grow the file by
+     * PG_DIRECT_MIN pages (records of 100-300 bytes) to go direct */
+    int big = (int)tc_scaled(tiny ? 1500 : 5000, 2);
     int ntx = 16;       /* twice the pattern: each kind of abort once */
     bg_schedule(&m, ntx, big, tiny ? 96 : 0);
     bg_run_ctx x = {t.dir, sync, tiny, 512 * 1024, 0, 0, 0};
